@@ -1,0 +1,136 @@
+//! `AlignedBuf`: an owned, growable byte buffer whose memory is aligned to
+//! `BUF_ALIGN` (4096, which also satisfies 512-byte direct IO).
+//!
+//! Invariant: `len <= cap`, and bytes `[0, cap)` are always initialized
+//! (allocated zeroed), so handing the whole capacity to the kernel is sound.
+
+use std::alloc::{self, Layout};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+pub const BUF_ALIGN: usize = 4096;
+
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// An empty buffer with room for at least `cap` bytes (rounded up to the alignment).
+    pub fn with_capacity(cap: usize) -> Self {
+        let cap = cap.max(1).next_multiple_of(BUF_ALIGN);
+        let layout = Layout::from_size_align(cap, BUF_ALIGN).expect("buffer layout");
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len: 0, cap }
+    }
+
+    pub fn from_slice(data: &[u8]) -> Self {
+        let mut b = AlignedBuf::with_capacity(data.len());
+        b.extend_from_slice(data);
+        b
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.cap - self.len
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Set the length; the bytes between the old and new length keep
+    /// whatever they held (always initialized, see the invariant).
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.cap, "set_len {len} beyond capacity {}", self.cap);
+        self.len = len;
+    }
+
+    /// Append; panics if it does not fit (callers check `remaining()`).
+    pub fn extend_from_slice(&mut self, data: &[u8]) {
+        assert!(data.len() <= self.remaining(), "AlignedBuf overflow");
+        // SAFETY: in bounds by the assert; source and destination don't overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(self.len), data.len());
+        }
+        self.len += data.len();
+    }
+
+    /// The full capacity as a mutable slice (for reads that fill it).
+    pub fn spare_full_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the whole capacity is initialized and owned.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.cap, BUF_ALIGN).unwrap();
+        // SAFETY: allocated in with_capacity with this layout.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: [0, len) is initialized and owned.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we have &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf(len={}, cap={})", self.len, self.cap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_and_bounded() {
+        let mut b = AlignedBuf::with_capacity(100);
+        assert_eq!(b.capacity(), BUF_ALIGN);
+        assert_eq!(b.as_ptr() as usize % BUF_ALIGN, 0);
+        b.extend_from_slice(b"hello");
+        assert_eq!(&b[..], b"hello");
+        b.set_len(10);
+        assert_eq!(&b[5..10], &[0; 5]);
+        b.clear();
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "overflow")]
+    fn overflow_panics() {
+        let mut b = AlignedBuf::with_capacity(BUF_ALIGN);
+        b.extend_from_slice(&vec![0; BUF_ALIGN + 1]);
+    }
+}

@@ -1,0 +1,271 @@
+//! JSON models of the HTTP management API (`pageserver/src/http/`).
+//!
+//! Shared by the daemon (which serializes them), the load generator and the
+//! tests (which deserialize them). Invariants of the wire shapes:
+//! - ids are 32 lower-case hex digits, LSNs `X/X`, keys 36 upper-case hex digits;
+//! - `TenantInfo` / `TenantDetails` / `KeySpace` follow the shapes Neon's pagebench
+//!   reads (see `docs/http-api.md`), so extra fields may be added but none renamed;
+//! - request bodies are optional: a missing body or JSON `null` means "all defaults".
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
+
+use crate::key::Key;
+
+/// PostgreSQL major version assumed when a timeline create request names none.
+pub const DEFAULT_PG_VERSION: u32 = 15;
+
+/// Every error response: `{"msg": "..."}` with a 4xx/5xx status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpErrorBody {
+    pub msg: String,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusResponse {
+    /// Always `"ok"` while the daemon serves requests.
+    pub status: String,
+    pub version: String,
+}
+
+/// `POST /v1/tenant` body; `null` or `{}` creates a tenant with a random id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantCreateRequest {
+    #[serde(default)]
+    pub new_tenant_id: Option<TenantId>,
+}
+
+/// `POST /v1/tenant` response (status 201).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantCreateResponse {
+    pub id: TenantId,
+}
+
+/// A `{"slug": "..."}` object, the form Neon uses for tenant state and
+/// attachment status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slug {
+    pub slug: String,
+}
+
+impl Slug {
+    pub fn new(s: &str) -> Slug {
+        Slug { slug: s.to_string() }
+    }
+}
+
+/// One element of `GET /v1/tenant`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantInfo {
+    pub id: TenantId,
+    /// `{"slug": "Active"}` for every tenant the API lists.
+    pub state: Slug,
+    /// Bytes of layer files on disk.
+    pub current_physical_size: Option<u64>,
+    /// `{"slug": "attached"}`: a single-node pageserver attaches every tenant it has.
+    pub attachment_status: Slug,
+    /// Always 1 (no generations without a storage controller).
+    pub generation: u32,
+}
+
+/// `GET /v1/tenant/{tenant}`: `TenantInfo` plus the timelines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantDetails {
+    #[serde(flatten)]
+    pub info: TenantInfo,
+    /// Always `null`: this pageserver has no WAL redo process.
+    pub walredo: Option<serde_json::Value>,
+    pub timelines: Vec<TimelineId>,
+}
+
+/// `POST /v1/tenant/{tenant}/timeline` body; every field is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimelineCreateRequest {
+    /// Random when absent.
+    #[serde(default)]
+    pub new_timeline_id: Option<TimelineId>,
+    /// `DEFAULT_PG_VERSION` when absent.
+    #[serde(default)]
+    pub pg_version: Option<u32>,
+    /// `0/0` when absent: the timeline starts empty at this LSN.
+    #[serde(default)]
+    pub initial_lsn: Option<Lsn>,
+}
+
+/// `GET /v1/tenant/{tenant}/timeline/{timeline}` (and the create response).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineInfo {
+    pub tenant_id: TenantId,
+    pub timeline_id: TimelineId,
+    /// Everything up to here is ingested and readable.
+    pub last_record_lsn: Lsn,
+    /// Everything up to here is in layer files on disk.
+    pub disk_consistent_lsn: Lsn,
+    pub pg_version: u32,
+    /// Reads below this LSN are refused.
+    pub initial_lsn: Lsn,
+    /// Open plus frozen in-memory layers.
+    pub in_memory_layers: u64,
+    pub in_memory_bytes: u64,
+    pub l0_layers: u64,
+    pub l0_bytes: u64,
+}
+
+/// `GET .../keyspace[?at_lsn=X/X]`: end-exclusive ranges of every key that
+/// exists at `at_lsn`, serialized as `[["<start>", "<end>"], ...]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySpace {
+    #[serde(with = "key_ranges")]
+    pub keys: Vec<Range<Key>>,
+    /// Always empty: there are no sparse (aux) keys yet.
+    #[serde(with = "key_ranges")]
+    pub sparse_keys: Vec<Range<Key>>,
+    pub at_lsn: Lsn,
+}
+
+/// `PUT|POST .../checkpoint` response: the LSN now durable on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointResponse {
+    pub disk_consistent_lsn: Lsn,
+}
+
+/// One element of the `PUT /v1/failpoints` body (testing builds only).
+/// `actions` is a failpoint action: `off`, `exit`, `panic`, `return`, `sleep(MS)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailpointConfig {
+    pub name: String,
+    pub actions: String,
+}
+
+/// `POST .../testing/ingest` body (testing builds only): values written at
+/// `lsn` through the timeline writer, then `finish_write(lsn)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestingIngestRequest {
+    pub lsn: Lsn,
+    pub values: Vec<TestingIngestValue>,
+}
+
+/// A value to ingest: a full image, or a test record appending bytes to the
+/// previous version (`will_init` = start from empty). Byte strings are hex.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum TestingIngestValue {
+    Image { key: Key, image: String },
+    Append { key: Key, append: String, will_init: bool },
+}
+
+/// `POST .../testing/ingest` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestingIngestResponse {
+    pub last_record_lsn: Lsn,
+}
+
+/// `GET .../testing/get?key=..&lsn=..` response: the reconstructed value, hex.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestingGetResponse {
+    pub value: String,
+}
+
+/// Serde for `Vec<Range<Key>>` as a list of `[start, end]` pairs.
+mod key_ranges {
+    use std::ops::Range;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::key::Key;
+
+    pub fn serialize<S: Serializer>(ranges: &[Range<Key>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(ranges.iter().map(|r| (r.start, r.end)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Range<Key>>, D::Error> {
+        let pairs = Vec::<(Key, Key)>::deserialize(d)?;
+        Ok(pairs.into_iter().map(|(start, end)| start..end).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyspace_shape() {
+        let start: Key = "000000067F00000005000040000000000000".parse().unwrap();
+        let end: Key = "000000067F00000005000040000000000008".parse().unwrap();
+        let ks = KeySpace { keys: vec![start..end], sparse_keys: vec![], at_lsn: Lsn(0x16B3748) };
+        let json = serde_json::to_value(&ks).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "keys": [["000000067F00000005000040000000000000",
+                          "000000067F00000005000040000000000008"]],
+                "sparse_keys": [],
+                "at_lsn": "0/16B3748",
+            })
+        );
+        assert_eq!(serde_json::from_value::<KeySpace>(json).unwrap(), ks);
+    }
+
+    #[test]
+    fn tenant_details_flatten() {
+        let id = TenantId::generate();
+        let tl = TimelineId::generate();
+        let d = TenantDetails {
+            info: TenantInfo {
+                id,
+                state: Slug::new("Active"),
+                current_physical_size: Some(8192),
+                attachment_status: Slug::new("attached"),
+                generation: 1,
+            },
+            walredo: None,
+            timelines: vec![tl],
+        };
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["id"], id.to_string());
+        assert_eq!(json["state"]["slug"], "Active");
+        assert_eq!(json["attachment_status"]["slug"], "attached");
+        assert_eq!(json["walredo"], serde_json::Value::Null);
+        assert_eq!(json["timelines"][0], tl.to_string());
+        assert_eq!(serde_json::from_value::<TenantDetails>(json).unwrap(), d);
+    }
+
+    #[test]
+    fn ingest_values_untagged() {
+        let body = r#"{"lsn": "0/10", "values": [
+            {"key": "000000067F00000005000040000000000001", "image": "00ff"},
+            {"key": "000000067F00000005000040000000000001", "append": "01", "will_init": false}
+        ]}"#;
+        let req: TestingIngestRequest = serde_json::from_str(body).unwrap();
+        assert_eq!(req.lsn, Lsn(0x10));
+        assert!(matches!(&req.values[0], TestingIngestValue::Image { image, .. } if image == "00ff"));
+        assert!(matches!(
+            &req.values[1],
+            TestingIngestValue::Append { append, will_init: false, .. } if append == "01"
+        ));
+        let bad = r#"{"lsn": "0/10", "values": [{"key": "00", "image": "00"}]}"#;
+        assert!(serde_json::from_str::<TestingIngestRequest>(bad).is_err());
+        let mixed = r#"{"lsn": "0/10", "values": [
+            {"key": "000000067F00000005000040000000000001", "image": "00", "will_init": true}]}"#;
+        assert!(serde_json::from_str::<TestingIngestRequest>(mixed).is_err());
+    }
+
+    #[test]
+    fn create_requests_accept_empty_objects() {
+        assert_eq!(
+            serde_json::from_str::<TenantCreateRequest>("{}").unwrap(),
+            TenantCreateRequest::default()
+        );
+        let t: TimelineCreateRequest = serde_json::from_str(r#"{"pg_version": 16}"#).unwrap();
+        assert_eq!(t.pg_version, Some(16));
+        assert!(serde_json::from_str::<TimelineCreateRequest>(r#"{"bogus": 1}"#).is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! Small building blocks shared by the daemon, the load generator and tests.
+
+pub mod failpoint;
+pub mod id;
+pub mod lsn;
+pub mod seqwait;
+pub mod spsc_fold;

@@ -1,0 +1,121 @@
+//! `ConfigToml`: the TOML document as the operator wrote it, before validation.
+//!
+//! Sources, later ones winning per top-level key: built-in defaults
+//! (`defaults.rs`), the config file, then each `-c key=value` override in
+//! command-line order. An override replaces the whole value of its top-level
+//! key (`-c 'page_service_pipelining={mode="serial"}'` replaces the table).
+//!
+//! Invariant: every error names the key it is about. Serde's own message for
+//! a whole document does not (a `toml::Value` has no spans), so on failure
+//! each key is deserialized alone to find the culprit; keys are independent,
+//! so a key that deserializes alone is valid in the document too.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use io_engine::IoEngineKind;
+use pageserver_api::config::PageServicePipeliningConfig;
+use serde::Deserialize;
+
+use super::defaults::*;
+use super::{AuthType, ConfigError, LogFormat};
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigToml {
+    pub listen_pg_addr: String,
+    pub listen_http_addr: String,
+    #[serde(with = "humantime_serde")]
+    pub wait_lsn_timeout: Duration,
+    pub checkpoint_distance: ByteSize,
+    #[serde(with = "humantime_serde")]
+    pub checkpoint_timeout: Duration,
+    pub max_get_vectored_keys: usize,
+    pub in_memory_layers_budget: ByteSize,
+    pub io_engine: IoEngineKind,
+    pub log_format: LogFormat,
+    pub page_service_pipelining: PageServicePipeliningConfig,
+    pub pg_auth_type: AuthType,
+    pub auth_validation_public_key_path: Option<PathBuf>,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+}
+
+fn duration(s: &str) -> Duration {
+    humantime::parse_duration(s).expect("default durations parse (unit-tested)")
+}
+
+fn size(s: &str) -> ByteSize {
+    s.parse().expect("default sizes parse (unit-tested)")
+}
+
+impl Default for ConfigToml {
+    fn default() -> Self {
+        ConfigToml {
+            listen_pg_addr: DEFAULT_LISTEN_PG_ADDR.to_string(),
+            listen_http_addr: DEFAULT_LISTEN_HTTP_ADDR.to_string(),
+            wait_lsn_timeout: duration(DEFAULT_WAIT_LSN_TIMEOUT),
+            checkpoint_distance: size(DEFAULT_CHECKPOINT_DISTANCE),
+            checkpoint_timeout: duration(DEFAULT_CHECKPOINT_TIMEOUT),
+            max_get_vectored_keys: DEFAULT_MAX_GET_VECTORED_KEYS,
+            in_memory_layers_budget: size(DEFAULT_IN_MEMORY_LAYERS_BUDGET),
+            io_engine: IoEngineKind::StdFs,
+            log_format: LogFormat::Plain,
+            page_service_pipelining: PageServicePipeliningConfig::default(),
+            pg_auth_type: AuthType::Trust,
+            auth_validation_public_key_path: None,
+            shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
+        }
+    }
+}
+
+impl ConfigToml {
+    /// Parse the text of a config file. `origin` names it in errors.
+    pub fn parse_document(origin: &str, text: &str) -> Result<toml::Table, ConfigError> {
+        text.parse::<toml::Table>()
+            .map_err(|e| ConfigError::Syntax { origin: origin.to_string(), msg: e.to_string() })
+    }
+
+    /// Apply one `key=value` override (TOML syntax for the value) to `table`.
+    pub fn apply_override(table: &mut toml::Table, spec: &str) -> Result<(), ConfigError> {
+        let origin = format!("-c {spec}");
+        let key = spec.split_once('=').map(|(k, _)| k.trim()).unwrap_or("").to_string();
+        if key.is_empty() {
+            return Err(ConfigError::Syntax {
+                origin,
+                msg: "expected key=value, e.g. -c checkpoint_distance=\"64 MiB\"".to_string(),
+            });
+        }
+        let parsed = spec.parse::<toml::Table>().map_err(|e| ConfigError::Key {
+            key: key.clone(),
+            msg: format!(
+                "override '{spec}' is not valid TOML (strings need quotes, \
+                 e.g. {key}=\"...\"): {}",
+                e.message()
+            ),
+        })?;
+        for (k, v) in parsed {
+            table.insert(k, v);
+        }
+        Ok(())
+    }
+
+    /// Deserialize a merged table; missing keys take their defaults.
+    pub fn from_table(table: toml::Table) -> Result<ConfigToml, ConfigError> {
+        match ConfigToml::deserialize(toml::Value::Table(table.clone())) {
+            Ok(conf) => Ok(conf),
+            Err(whole) => {
+                for (key, value) in table {
+                    let mut single = toml::Table::new();
+                    single.insert(key.clone(), value);
+                    if let Err(e) = ConfigToml::deserialize(toml::Value::Table(single)) {
+                        return Err(ConfigError::Key { key, msg: e.message().to_string() });
+                    }
+                }
+                // Unreachable while keys are independent; keep the message anyway.
+                Err(ConfigError::Syntax { origin: "config".to_string(), msg: whole.to_string() })
+            }
+        }
+    }
+}

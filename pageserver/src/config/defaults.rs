@@ -1,0 +1,30 @@
+//! Default values of every config key, in the human units an operator writes.
+//!
+//! Invariant: each constant parses with the same parser as the TOML value of
+//! its key (`humantime` for durations, `bytesize` for sizes); a unit test
+//! checks it, so `ConfigToml::default()` can never fail. `config/pageserver.toml`
+//! and `docs/configuration.md` repeat these values and must be kept in step.
+
+pub const DEFAULT_LISTEN_PG_ADDR: &str = "127.0.0.1:64000";
+pub const DEFAULT_LISTEN_HTTP_ADDR: &str = "127.0.0.1:9898";
+
+/// How long a read above `last_record_lsn` waits for WAL to arrive.
+pub const DEFAULT_WAIT_LSN_TIMEOUT: &str = "300 s";
+
+/// The open in-memory layer is frozen once it holds this many bytes.
+pub const DEFAULT_CHECKPOINT_DISTANCE: &str = "256 MiB";
+
+/// The open in-memory layer is frozen this long after it was opened.
+pub const DEFAULT_CHECKPOINT_TIMEOUT: &str = "10 m";
+
+/// Most keys one vectored read may ask for.
+pub const DEFAULT_MAX_GET_VECTORED_KEYS: usize = 32;
+
+/// Upper bound on bytes held by in-memory layers of all timelines together.
+pub const DEFAULT_IN_MEMORY_LAYERS_BUDGET: &str = "1 GiB";
+
+/// How long a graceful shutdown may take per stage before it gives up waiting.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "10 s";
+
+/// Accepted range of `max_get_vectored_keys`.
+pub const MAX_GET_VECTORED_KEYS_LIMIT: usize = 4096;

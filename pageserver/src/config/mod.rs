@@ -1,0 +1,226 @@
+//! Daemon configuration: TOML (`ConfigToml`) validated into `PageServerConf`.
+//!
+//! Sources: built-in defaults (`defaults`), an optional config file
+//! (`--config FILE`), then `-c key=value` overrides. See `docs/configuration.md`
+//! and `config/pageserver.toml` for every key.
+//!
+//! Invariants:
+//! - a `PageServerConf` only exists validated: every value is in range, the
+//!   listen addresses resolve, JWT auth has a readable public key, and the
+//!   page service pipelining fits `max_get_vectored_keys`;
+//! - every `ConfigError` names the key (or the file / override) it is about;
+//! - relative paths in the config are resolved against the workdir.
+
+pub mod config_toml;
+pub mod defaults;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::ToSocketAddrs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use io_engine::{IoEngine, IoEngineKind};
+use pageserver_api::config::PageServicePipeliningConfig;
+use serde::Deserialize;
+
+use crate::tenant::StorageConf;
+pub use config_toml::ConfigToml;
+
+/// Log line format (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+/// How page service clients authenticate (`pg_auth_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthType {
+    /// Anyone who can connect is let in.
+    Trust,
+    /// The password is a JWT signed with EdDSA, checked against
+    /// `auth_validation_public_key_path`; its claims scope the tenant.
+    Jwt,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{origin}: {msg}")]
+    Syntax { origin: String, msg: String },
+    #[error("config key `{key}`: {msg}")]
+    Key { key: String, msg: String },
+}
+
+fn key_err(key: &str, msg: impl Into<String>) -> ConfigError {
+    ConfigError::Key { key: key.to_string(), msg: msg.into() }
+}
+
+/// The validated configuration of a running daemon.
+#[derive(Debug, Clone)]
+pub struct PageServerConf {
+    /// Absolute. Tenants live in `workdir/tenants/`.
+    pub workdir: PathBuf,
+    pub listen_pg_addr: String,
+    pub listen_http_addr: String,
+    pub wait_lsn_timeout: Duration,
+    /// Bytes.
+    pub checkpoint_distance: u64,
+    pub checkpoint_timeout: Duration,
+    pub max_get_vectored_keys: usize,
+    /// Bytes.
+    pub in_memory_layers_budget: u64,
+    pub io_engine: IoEngine,
+    pub log_format: LogFormat,
+    pub page_service_pipelining: PageServicePipeliningConfig,
+    pub pg_auth_type: AuthType,
+    /// Absolute; `Some` whenever `pg_auth_type` is `Jwt`.
+    pub auth_validation_public_key_path: Option<PathBuf>,
+    pub shutdown_timeout: Duration,
+}
+
+impl PageServerConf {
+    /// Read `config_file` (if any), apply `overrides` (`key=value`, TOML value
+    /// syntax) and validate. `workdir` must be absolute or relative to the
+    /// current directory; it is not created here.
+    pub fn load(
+        workdir: &Path,
+        config_file: Option<&Path>,
+        overrides: &[String],
+    ) -> Result<PageServerConf, ConfigError> {
+        let mut table = match config_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+                ConfigToml::parse_document(&path.display().to_string(), &text)?
+            }
+            None => toml::Table::new(),
+        };
+        for spec in overrides {
+            ConfigToml::apply_override(&mut table, spec)?;
+        }
+        let toml = ConfigToml::from_table(table)?;
+        PageServerConf::from_toml(workdir, toml)
+    }
+
+    /// Validate a parsed document.
+    pub fn from_toml(workdir: &Path, t: ConfigToml) -> Result<PageServerConf, ConfigError> {
+        let workdir = std::path::absolute(workdir)
+            .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
+
+        for (key, addr) in [("listen_pg_addr", &t.listen_pg_addr), ("listen_http_addr", &t.listen_http_addr)]
+        {
+            match addr.to_socket_addrs() {
+                Ok(mut addrs) if addrs.next().is_some() => {}
+                Ok(_) => return Err(key_err(key, format!("'{addr}' resolves to no address"))),
+                Err(e) => {
+                    return Err(key_err(key, format!("'{addr}' is not a host:port address: {e}")))
+                }
+            }
+        }
+        if t.wait_lsn_timeout.is_zero() {
+            return Err(key_err("wait_lsn_timeout", "must be greater than 0"));
+        }
+        if t.checkpoint_distance.as_u64() == 0 {
+            return Err(key_err("checkpoint_distance", "must be greater than 0"));
+        }
+        if t.checkpoint_timeout.is_zero() {
+            return Err(key_err("checkpoint_timeout", "must be greater than 0"));
+        }
+        if !(1..=defaults::MAX_GET_VECTORED_KEYS_LIMIT).contains(&t.max_get_vectored_keys) {
+            return Err(key_err(
+                "max_get_vectored_keys",
+                format!(
+                    "{} is out of range 1..={}",
+                    t.max_get_vectored_keys,
+                    defaults::MAX_GET_VECTORED_KEYS_LIMIT
+                ),
+            ));
+        }
+        if t.in_memory_layers_budget.as_u64() == 0 {
+            return Err(key_err("in_memory_layers_budget", "must be greater than 0"));
+        }
+        if t.shutdown_timeout.is_zero() {
+            return Err(key_err("shutdown_timeout", "must be greater than 0"));
+        }
+        if let PageServicePipeliningConfig::Pipelined(p) = &t.page_service_pipelining {
+            if p.max_batch_size.get() > t.max_get_vectored_keys {
+                return Err(key_err(
+                    "page_service_pipelining",
+                    format!(
+                        "max_batch_size {} exceeds max_get_vectored_keys {}",
+                        p.max_batch_size, t.max_get_vectored_keys
+                    ),
+                ));
+            }
+        }
+
+        let auth_validation_public_key_path =
+            t.auth_validation_public_key_path.as_ref().map(|p| workdir.join(p));
+        match (t.pg_auth_type, &auth_validation_public_key_path) {
+            (AuthType::Jwt, None) => {
+                return Err(key_err(
+                    "auth_validation_public_key_path",
+                    "required when pg_auth_type = \"jwt\"",
+                ))
+            }
+            (_, Some(path)) => {
+                if let Err(e) = std::fs::metadata(path) {
+                    return Err(key_err(
+                        "auth_validation_public_key_path",
+                        format!("cannot read {}: {e}", path.display()),
+                    ));
+                }
+            }
+            (AuthType::Trust, None) => {}
+        }
+
+        let io_engine = IoEngine::new(t.io_engine).map_err(|e| {
+            key_err("io_engine", format!("cannot start engine {:?}: {e}", t.io_engine))
+        })?;
+
+        Ok(PageServerConf {
+            workdir,
+            listen_pg_addr: t.listen_pg_addr,
+            listen_http_addr: t.listen_http_addr,
+            wait_lsn_timeout: t.wait_lsn_timeout,
+            checkpoint_distance: t.checkpoint_distance.as_u64(),
+            checkpoint_timeout: t.checkpoint_timeout,
+            max_get_vectored_keys: t.max_get_vectored_keys,
+            in_memory_layers_budget: t.in_memory_layers_budget.as_u64(),
+            io_engine,
+            log_format: t.log_format,
+            page_service_pipelining: t.page_service_pipelining,
+            pg_auth_type: t.pg_auth_type,
+            auth_validation_public_key_path,
+            shutdown_timeout: t.shutdown_timeout,
+        })
+    }
+
+    /// Built-in defaults rooted at `workdir` (tests).
+    pub fn defaults(workdir: &Path) -> PageServerConf {
+        PageServerConf::from_toml(workdir, ConfigToml::default()).expect("defaults are valid")
+    }
+
+    /// The settings of the storage engine.
+    pub fn storage_conf(&self) -> StorageConf {
+        StorageConf {
+            workdir: self.workdir.clone(),
+            checkpoint_distance: self.checkpoint_distance,
+            checkpoint_timeout: self.checkpoint_timeout,
+            wait_lsn_timeout: self.wait_lsn_timeout,
+            max_get_vectored_keys: self.max_get_vectored_keys,
+            in_memory_layers_budget: self.in_memory_layers_budget,
+            io_engine: self.io_engine.clone(),
+        }
+    }
+
+    pub fn io_engine_kind(&self) -> IoEngineKind {
+        self.io_engine.kind()
+    }
+}

@@ -1,0 +1,218 @@
+//! Config parsing: defaults, file + overrides, and that every error names its key.
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::time::Duration;
+
+use pageserver_api::config::{
+    PageServicePipeliningConfig, PageServiceProtocolPipelinedBatchingStrategy,
+    PageServiceProtocolPipelinedExecutionStrategy,
+};
+
+use super::defaults::*;
+use super::*;
+
+fn load(overrides: &[&str]) -> Result<PageServerConf, ConfigError> {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    PageServerConf::load(Path::new("/tmp/ps-config-test"), None, &overrides)
+}
+
+/// The error message for `overrides`; asserts it names `key`.
+fn err_naming(overrides: &[&str], key: &str) -> String {
+    let err = load(overrides).expect_err("config must be rejected").to_string();
+    assert!(err.contains(&format!("`{key}`")), "error for {overrides:?} does not name {key}: {err}");
+    err
+}
+
+#[test]
+fn default_constants_parse() {
+    for d in [DEFAULT_WAIT_LSN_TIMEOUT, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT] {
+        humantime::parse_duration(d).unwrap();
+    }
+    for s in [DEFAULT_CHECKPOINT_DISTANCE, DEFAULT_IN_MEMORY_LAYERS_BUDGET] {
+        s.parse::<bytesize::ByteSize>().unwrap();
+    }
+}
+
+#[test]
+fn defaults() {
+    let conf = load(&[]).unwrap();
+    assert_eq!(conf.workdir, Path::new("/tmp/ps-config-test"));
+    assert_eq!(conf.listen_pg_addr, "127.0.0.1:64000");
+    assert_eq!(conf.listen_http_addr, "127.0.0.1:9898");
+    assert_eq!(conf.wait_lsn_timeout, Duration::from_secs(300));
+    assert_eq!(conf.checkpoint_distance, 256 * 1024 * 1024);
+    assert_eq!(conf.checkpoint_timeout, Duration::from_secs(600));
+    assert_eq!(conf.max_get_vectored_keys, 32);
+    assert_eq!(conf.in_memory_layers_budget, 1024 * 1024 * 1024);
+    assert_eq!(conf.io_engine_kind(), io_engine::IoEngineKind::StdFs);
+    assert_eq!(conf.log_format, LogFormat::Plain);
+    assert_eq!(conf.pg_auth_type, AuthType::Trust);
+    assert_eq!(conf.auth_validation_public_key_path, None);
+    assert_eq!(conf.shutdown_timeout, Duration::from_secs(10));
+    let PageServicePipeliningConfig::Pipelined(p) = &conf.page_service_pipelining else {
+        panic!("default must be pipelined");
+    };
+    assert_eq!(p.max_batch_size.get(), 32);
+    assert_eq!(p.execution, PageServiceProtocolPipelinedExecutionStrategy::ConcurrentFutures);
+    assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::ScatteredLsn);
+
+    let storage = conf.storage_conf();
+    assert_eq!(storage.workdir, conf.workdir);
+    assert_eq!(storage.checkpoint_distance, conf.checkpoint_distance);
+    assert_eq!(storage.max_get_vectored_keys, 32);
+}
+
+#[test]
+fn file_then_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pageserver.toml");
+    std::fs::write(
+        &file,
+        r#"
+listen_pg_addr = "127.0.0.1:15432"
+checkpoint_distance = "1 MiB"
+checkpoint_timeout = "30 s"
+log_format = "json"
+io_engine = "std-fs"
+
+[page_service_pipelining]
+mode = "pipelined"
+max_batch_size = 8
+execution = "tasks"
+"#,
+    )
+    .unwrap();
+    let overrides = vec![
+        "listen_pg_addr='127.0.0.1:15433'".to_string(),
+        "wait_lsn_timeout=\"1500ms\"".to_string(),
+        "max_get_vectored_keys=64".to_string(),
+        "in_memory_layers_budget=\"64 MiB\"".to_string(),
+    ];
+    let conf = PageServerConf::load(dir.path(), Some(&file), &overrides).unwrap();
+    assert_eq!(conf.listen_pg_addr, "127.0.0.1:15433");
+    assert_eq!(conf.listen_http_addr, DEFAULT_LISTEN_HTTP_ADDR);
+    assert_eq!(conf.checkpoint_distance, 1024 * 1024);
+    assert_eq!(conf.checkpoint_timeout, Duration::from_secs(30));
+    assert_eq!(conf.wait_lsn_timeout, Duration::from_millis(1500));
+    assert_eq!(conf.max_get_vectored_keys, 64);
+    assert_eq!(conf.in_memory_layers_budget, 64 * 1024 * 1024);
+    assert_eq!(conf.log_format, LogFormat::Json);
+    // `batching` left out of a present table defaults to scattered-lsn.
+    let PageServicePipeliningConfig::Pipelined(p) = &conf.page_service_pipelining else {
+        panic!("file says pipelined");
+    };
+    assert_eq!(p.max_batch_size, NonZeroUsize::new(8).unwrap());
+    assert_eq!(p.execution, PageServiceProtocolPipelinedExecutionStrategy::Tasks);
+    assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::ScatteredLsn);
+
+    // An override replaces the whole table.
+    let mut with_serial = overrides.clone();
+    with_serial.push(r#"page_service_pipelining={mode="serial"}"#.to_string());
+    let conf = PageServerConf::load(dir.path(), Some(&file), &with_serial).unwrap();
+    assert_eq!(conf.page_service_pipelining, PageServicePipeliningConfig::Serial);
+}
+
+#[test]
+fn override_syntax_forms() {
+    let conf = load(&[
+        r#"checkpoint_distance="64 MiB""#,
+        r#"checkpoint_timeout = "2 m""#,
+        r#"page_service_pipelining={mode="pipelined", max_batch_size=4, execution="concurrent-futures", batching="uniform-lsn"}"#,
+    ])
+    .unwrap();
+    assert_eq!(conf.checkpoint_distance, 64 * 1024 * 1024);
+    assert_eq!(conf.checkpoint_timeout, Duration::from_secs(120));
+    let PageServicePipeliningConfig::Pipelined(p) = &conf.page_service_pipelining else {
+        panic!("pipelined");
+    };
+    assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::UniformLsn);
+    // A later override of the same key wins.
+    let conf = load(&["max_get_vectored_keys=40", "max_get_vectored_keys=50"]).unwrap();
+    assert_eq!(conf.max_get_vectored_keys, 50);
+    // Plain integers are bytes.
+    let conf = load(&["checkpoint_distance=4096"]).unwrap();
+    assert_eq!(conf.checkpoint_distance, 4096);
+}
+
+#[test]
+fn every_error_names_its_key() {
+    err_naming(&["no_such_key=1"], "no_such_key");
+    err_naming(&["listen_pg_addr=\"not an address\""], "listen_pg_addr");
+    err_naming(&["listen_http_addr=9898"], "listen_http_addr");
+    err_naming(&["wait_lsn_timeout=\"soon\""], "wait_lsn_timeout");
+    err_naming(&["wait_lsn_timeout=\"0s\""], "wait_lsn_timeout");
+    err_naming(&["checkpoint_distance=\"lots\""], "checkpoint_distance");
+    err_naming(&["checkpoint_distance=0"], "checkpoint_distance");
+    err_naming(&["checkpoint_timeout=5"], "checkpoint_timeout");
+    err_naming(&["max_get_vectored_keys=0"], "max_get_vectored_keys");
+    err_naming(&["max_get_vectored_keys=-1"], "max_get_vectored_keys");
+    err_naming(&["max_get_vectored_keys=\"32\""], "max_get_vectored_keys");
+    err_naming(&["in_memory_layers_budget=\"1 XB\""], "in_memory_layers_budget");
+    err_naming(&["io_engine=\"io-magic\""], "io_engine");
+    err_naming(&["log_format=\"xml\""], "log_format");
+    err_naming(&["pg_auth_type=\"password\""], "pg_auth_type");
+    err_naming(&["shutdown_timeout=\"0 s\""], "shutdown_timeout");
+    err_naming(&[r#"page_service_pipelining={mode="eager"}"#], "page_service_pipelining");
+    err_naming(
+        &[r#"page_service_pipelining={mode="pipelined", max_batch_size=0, execution="tasks"}"#],
+        "page_service_pipelining",
+    );
+    err_naming(
+        &[r#"page_service_pipelining={mode="serial", max_batch_size=4}"#],
+        "page_service_pipelining",
+    );
+    let msg = err_naming(
+        &[
+            "max_get_vectored_keys=16",
+            r#"page_service_pipelining={mode="pipelined", max_batch_size=32, execution="tasks"}"#,
+        ],
+        "page_service_pipelining",
+    );
+    assert!(msg.contains("max_get_vectored_keys"), "{msg}");
+    err_naming(&["pg_auth_type=\"jwt\""], "auth_validation_public_key_path");
+    err_naming(
+        &["auth_validation_public_key_path=\"/nonexistent/key.pem\""],
+        "auth_validation_public_key_path",
+    );
+    // A value that is not TOML at all still names the key.
+    let msg = err_naming(&["listen_pg_addr=127.0.0.1:1"], "listen_pg_addr");
+    assert!(msg.contains("quotes"), "{msg}");
+    // One bad key among good ones is the one named.
+    let msg = err_naming(&["checkpoint_timeout=\"1 m\"", "log_format=1"], "log_format");
+    assert!(!msg.contains("checkpoint_timeout"), "{msg}");
+}
+
+#[test]
+fn file_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.toml");
+    let err = PageServerConf::load(dir.path(), Some(&missing), &[]).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "checkpoint_distance = \n").unwrap();
+    let err = PageServerConf::load(dir.path(), Some(&file), &[]).unwrap_err().to_string();
+    assert!(err.contains("bad.toml") && err.contains("checkpoint_distance"), "{err}");
+
+    std::fs::write(&file, "[page_service_pipelining]\nmode = \"pipelined\"\n").unwrap();
+    let err = PageServerConf::load(dir.path(), Some(&file), &[]).unwrap_err().to_string();
+    assert!(err.contains("`page_service_pipelining`") && err.contains("max_batch_size"), "{err}");
+
+    let err = PageServerConf::load(dir.path(), None, &["=1".to_string()]).unwrap_err();
+    assert!(err.to_string().contains("key=value"), "{err}");
+}
+
+#[test]
+fn jwt_key_path_is_relative_to_workdir() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("auth_public_key.pem"), "key").unwrap();
+    let conf = PageServerConf::load(
+        dir.path(),
+        None,
+        &["pg_auth_type=\"jwt\"".to_string(), "auth_validation_public_key_path=\"auth_public_key.pem\"".to_string()],
+    )
+    .unwrap();
+    assert_eq!(conf.pg_auth_type, AuthType::Jwt);
+    assert_eq!(conf.auth_validation_public_key_path, Some(dir.path().join("auth_public_key.pem")));
+}

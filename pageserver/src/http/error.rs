@@ -1,0 +1,114 @@
+//! `ApiError`: the one error type of the management API and its mapping to
+//! HTTP status codes. Every error response is `{"msg": "..."}`.
+//!
+//! Mapping (the contract documented in `docs/http-api.md`):
+//! 400 bad id / LSN / key / body, 404 unknown tenant / timeline / key,
+//! 409 already exists, 503 shutting down, 500 anything else.
+//!
+//! Logging: an error is logged once, here, where it becomes a response:
+//! 5xx at ERROR (it is our fault), 4xx at INFO (it is the client's).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use pageserver_api::models::HttpErrorBody;
+use tracing::{error, info};
+
+use crate::import::ImportError;
+use crate::pgdatadir_mapping::DatadirError;
+use crate::tenant::{GetVectoredError, PageReconstructError, TenantError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("pageserver is shutting down")]
+    ShuttingDown,
+    #[error("{0:#}")]
+    Internal(anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let msg = self.to_string();
+        if status.is_server_error() && !matches!(self, ApiError::ShuttingDown) {
+            error!(status = status.as_u16(), "HTTP request failed: {msg}");
+        } else {
+            info!(status = status.as_u16(), "HTTP request rejected: {msg}");
+        }
+        (status, Json(HttpErrorBody { msg })).into_response()
+    }
+}
+
+impl From<TenantError> for ApiError {
+    fn from(e: TenantError) -> ApiError {
+        match e {
+            TenantError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            TenantError::AlreadyExists(_) => ApiError::Conflict(e.to_string()),
+            TenantError::InvalidArgument(_) => ApiError::BadRequest(e.to_string()),
+            TenantError::ShuttingDown => ApiError::ShuttingDown,
+            TenantError::Other(e) => ApiError::Internal(e),
+        }
+    }
+}
+
+impl From<ImportError> for ApiError {
+    fn from(e: ImportError) -> ApiError {
+        match e {
+            ImportError::BadTar(_) => ApiError::BadRequest(e.to_string()),
+            ImportError::AlreadyExists(_) => ApiError::Conflict(e.to_string()),
+            ImportError::Tenant(e) => e.into(),
+            ImportError::Other(e) => ApiError::Internal(e),
+        }
+    }
+}
+
+impl From<GetVectoredError> for ApiError {
+    fn from(e: GetVectoredError) -> ApiError {
+        match e {
+            GetVectoredError::TooManyKeys { .. } => ApiError::BadRequest(e.to_string()),
+            GetVectoredError::Cancelled => ApiError::ShuttingDown,
+        }
+    }
+}
+
+impl From<PageReconstructError> for ApiError {
+    fn from(e: PageReconstructError) -> ApiError {
+        match e {
+            PageReconstructError::MissingKey { .. } => ApiError::NotFound(e.to_string()),
+            _ => ApiError::Internal(anyhow::Error::new(e)),
+        }
+    }
+}
+
+impl From<DatadirError> for ApiError {
+    fn from(e: DatadirError) -> ApiError {
+        match e {
+            DatadirError::GetVectored(e) => e.into(),
+            other => ApiError::Internal(anyhow::Error::new(other)),
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The HTTP management API (axum on hyper) and `GET /metrics`.
+//!
+//! Contract (documented route by route in `docs/http-api.md`):
+//! - JSON in and out; every error is `{"msg": "..."}` with a 4xx/5xx status
+//!   (`error.rs`), including unknown routes (404) and wrong methods (405);
+//! - request bodies are read as JSON whatever the content type, and a `null`
+//!   or empty body is accepted wherever no body is needed (GET, DELETE) or
+//!   every field is optional (creates) — Neon's clients send `null`;
+//! - once the daemon's cancellation token fires, the server stops accepting
+//!   connections and every new request except `/metrics` gets a 503; requests
+//!   already running finish (the caller bounds how long it waits for them);
+//! - every request is timed into `metrics::http` under its route template.
+
+mod error;
+mod extract;
+mod tenants;
+#[cfg(feature = "testing")]
+mod testing;
+mod timelines;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, Method};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use pageserver_api::models::StatusResponse;
+use tokio_util::sync::CancellationToken;
+
+pub use error::ApiError;
+
+use crate::metrics;
+use crate::tenant::mgr::TenantManager;
+
+/// Largest JSON request body (the testing ingest route is the big one).
+/// Streamed bodies (`import_basebackup`) are not limited by this.
+pub const MAX_JSON_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Every route as (method, template); `metrics::http` pre-registers these.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/status"),
+    ("GET", "/metrics"),
+    ("POST", "/v1/tenant"),
+    ("GET", "/v1/tenant"),
+    ("GET", "/v1/tenant/{tenant_id}"),
+    ("DELETE", "/v1/tenant/{tenant_id}"),
+    ("POST", "/v1/tenant/{tenant_id}/timeline"),
+    ("GET", "/v1/tenant/{tenant_id}/timeline"),
+    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}"),
+    ("DELETE", "/v1/tenant/{tenant_id}/timeline/{timeline_id}"),
+    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/keyspace"),
+    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/import_basebackup"),
+    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
+    ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
+    #[cfg(feature = "testing")]
+    ("PUT", "/v1/failpoints"),
+    #[cfg(feature = "testing")]
+    ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/ingest"),
+    #[cfg(feature = "testing")]
+    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/get"),
+];
+
+/// Shared by all handlers; cheap to clone.
+#[derive(Clone)]
+pub struct HttpState {
+    pub tenants: Arc<TenantManager>,
+    /// The daemon's shutdown token: once cancelled, new requests get a 503.
+    pub cancel: CancellationToken,
+}
+
+/// The full API as a router (tests call it without a socket).
+pub fn router(state: HttpState) -> Router {
+    const TL: &str = "/v1/tenant/{tenant_id}/timeline/{timeline_id}";
+    let r = Router::new()
+        .route("/v1/status", get(status))
+        .route("/metrics", get(prometheus_metrics))
+        .route("/v1/tenant", post(tenants::create).get(tenants::list))
+        .route("/v1/tenant/{tenant_id}", get(tenants::get).delete(tenants::delete))
+        .route("/v1/tenant/{tenant_id}/timeline", post(timelines::create).get(timelines::list))
+        .route(TL, get(timelines::get).delete(timelines::delete))
+        .route(&format!("{TL}/keyspace"), get(timelines::keyspace))
+        .route(
+            &format!("{TL}/import_basebackup"),
+            axum::routing::put(timelines::import_basebackup),
+        )
+        .route(
+            &format!("{TL}/checkpoint"),
+            axum::routing::put(timelines::checkpoint).post(timelines::checkpoint),
+        );
+    #[cfg(feature = "testing")]
+    let r = r
+        .route("/v1/failpoints", axum::routing::put(testing::configure_failpoints))
+        .route(&format!("{TL}/testing/ingest"), post(testing::ingest))
+        .route(&format!("{TL}/testing/get"), get(testing::get_value));
+    r.fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), guard_and_measure))
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Serve the API on `listener` until `state.cancel` fires, then finish the
+/// requests in flight. The caller bounds the wait for them.
+pub async fn serve(listener: tokio::net::TcpListener, state: HttpState) -> std::io::Result<()> {
+    let cancel = state.cancel.clone();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+}
+
+/// Middleware: 503 during shutdown (except `/metrics`), then time the request.
+async fn guard_and_measure(State(state): State<HttpState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| metrics::http::UNMATCHED_ROUTE.to_string());
+    let method = req.method().clone();
+    let start = Instant::now();
+    let response = if state.cancel.is_cancelled() && route != "/metrics" {
+        ApiError::ShuttingDown.into_response()
+    } else {
+        next.run(req).await
+    };
+    metrics::http::record_request(
+        method.as_str(),
+        &route,
+        response.status().as_u16(),
+        start.elapsed(),
+    );
+    response
+}
+
+/// `GET /v1/status`.
+async fn status() -> Json<StatusResponse> {
+    Json(StatusResponse { status: "ok".to_string(), version: env!("CARGO_PKG_VERSION").to_string() })
+}
+
+/// `GET /metrics`: the default Prometheus registry in text format.
+async fn prometheus_metrics() -> Result<Response, ApiError> {
+    let text = metrics::encode_text().map_err(ApiError::Internal)?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!("no route for {method} {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("method {method} not allowed on {}", uri.path()))
+}

@@ -1,0 +1,65 @@
+//! Tenant routes: create, list, get (with timelines), delete.
+//!
+//! The JSON shapes of list/get are the ones Neon's pagebench reads
+//! (`TenantInfo`, `TenantDetails` in `pageserver_api::models`).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use pageserver_api::models::{
+    Slug, TenantCreateRequest, TenantCreateResponse, TenantDetails, TenantInfo,
+};
+use utils::id::TenantId;
+
+use super::error::ApiError;
+use super::extract::{JsonBody, TenantPath};
+use super::HttpState;
+use crate::tenant::Tenant;
+
+fn tenant_info(tenant: &Tenant) -> TenantInfo {
+    TenantInfo {
+        id: tenant.id(),
+        state: Slug::new("Active"),
+        current_physical_size: Some(tenant.physical_size()),
+        attachment_status: Slug::new("attached"),
+        generation: 1,
+    }
+}
+
+/// `POST /v1/tenant`: 201 `{"id": ...}`; 409 if the id exists.
+pub async fn create(
+    State(state): State<HttpState>,
+    JsonBody(req): JsonBody<Option<TenantCreateRequest>>,
+) -> Result<(StatusCode, Json<TenantCreateResponse>), ApiError> {
+    let id = req.unwrap_or_default().new_tenant_id.unwrap_or_else(TenantId::generate);
+    let tenant = state.tenants.create_tenant(id).await?;
+    Ok((StatusCode::CREATED, Json(TenantCreateResponse { id: tenant.id() })))
+}
+
+/// `GET /v1/tenant`: every tenant, sorted by id.
+pub async fn list(State(state): State<HttpState>) -> Json<Vec<TenantInfo>> {
+    let mut infos: Vec<TenantInfo> =
+        state.tenants.list_tenants().iter().map(|t| tenant_info(t)).collect();
+    infos.sort_by_key(|i| i.id);
+    Json(infos)
+}
+
+/// `GET /v1/tenant/{tenant_id}`.
+pub async fn get(
+    State(state): State<HttpState>,
+    TenantPath(id): TenantPath,
+) -> Result<Json<TenantDetails>, ApiError> {
+    let tenant = state.tenants.get_tenant(id)?;
+    let mut timelines: Vec<_> = tenant.list_timelines().iter().map(|t| t.timeline_id).collect();
+    timelines.sort();
+    Ok(Json(TenantDetails { info: tenant_info(&tenant), walredo: None, timelines }))
+}
+
+/// `DELETE /v1/tenant/{tenant_id}`: stops and removes the tenant and its data.
+pub async fn delete(
+    State(state): State<HttpState>,
+    TenantPath(id): TenantPath,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    state.tenants.delete_tenant(id).await?;
+    Ok(Json(serde_json::json!({})))
+}

@@ -1,0 +1,152 @@
+//! Timeline routes: create (empty), list, get, delete, keyspace, base-backup
+//! import and checkpoint.
+//!
+//! LSN arguments are checked against the timeline before any read: a read
+//! below `initial_lsn` or above `last_record_lsn` is a 400, never a wait.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use futures::StreamExt;
+use pageserver_api::models::{
+    CheckpointResponse, KeySpace, TimelineCreateRequest, TimelineInfo, DEFAULT_PG_VERSION,
+};
+use serde::Deserialize;
+use utils::id::TimelineId;
+use utils::lsn::Lsn;
+
+use super::error::ApiError;
+use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
+use super::HttpState;
+use crate::tenant::Timeline;
+
+/// PostgreSQL major versions a timeline may declare.
+pub const SUPPORTED_PG_VERSIONS: std::ops::RangeInclusive<u32> = 15..=17;
+
+pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
+    let stats = tl.layer_stats();
+    TimelineInfo {
+        tenant_id: tl.tenant_id,
+        timeline_id: tl.timeline_id,
+        last_record_lsn: tl.get_last_record_lsn(),
+        disk_consistent_lsn: tl.get_disk_consistent_lsn(),
+        pg_version: tl.pg_version,
+        initial_lsn: tl.get_initial_lsn(),
+        in_memory_layers: stats.in_memory_layers as u64,
+        in_memory_bytes: stats.in_memory_bytes,
+        l0_layers: stats.l0_layers as u64,
+        l0_bytes: stats.l0_bytes,
+    }
+}
+
+/// 400 unless `initial_lsn <= lsn <= last_record_lsn`.
+pub fn check_read_lsn(tl: &Timeline, lsn: Lsn) -> Result<(), ApiError> {
+    let (initial, last) = (tl.get_initial_lsn(), tl.get_last_record_lsn());
+    if lsn < initial || lsn > last {
+        return Err(ApiError::BadRequest(format!(
+            "LSN {lsn} is outside the readable range {initial}..={last} of timeline {}/{}",
+            tl.tenant_id, tl.timeline_id
+        )));
+    }
+    Ok(())
+}
+
+/// `POST /v1/tenant/{tenant_id}/timeline`: an empty timeline at `initial_lsn`.
+pub async fn create(
+    State(state): State<HttpState>,
+    TenantPath(tenant_id): TenantPath,
+    JsonBody(req): JsonBody<Option<TimelineCreateRequest>>,
+) -> Result<(StatusCode, Json<TimelineInfo>), ApiError> {
+    let req = req.unwrap_or_default();
+    let pg_version = req.pg_version.unwrap_or(DEFAULT_PG_VERSION);
+    if !SUPPORTED_PG_VERSIONS.contains(&pg_version) {
+        return Err(ApiError::BadRequest(format!(
+            "pg_version {pg_version} is not supported (expected {}..={})",
+            SUPPORTED_PG_VERSIONS.start(),
+            SUPPORTED_PG_VERSIONS.end()
+        )));
+    }
+    let id = req.new_timeline_id.unwrap_or_else(TimelineId::generate);
+    let initial_lsn = req.initial_lsn.unwrap_or(Lsn(0));
+    let tenant = state.tenants.get_tenant(tenant_id)?;
+    let tl = tenant.create_empty_timeline(id, initial_lsn, pg_version).await?;
+    Ok((StatusCode::CREATED, Json(timeline_info(&tl))))
+}
+
+/// `GET /v1/tenant/{tenant_id}/timeline`: sorted by timeline id.
+pub async fn list(
+    State(state): State<HttpState>,
+    TenantPath(tenant_id): TenantPath,
+) -> Result<Json<Vec<TimelineInfo>>, ApiError> {
+    let tenant = state.tenants.get_tenant(tenant_id)?;
+    let mut infos: Vec<_> = tenant.list_timelines().iter().map(|t| timeline_info(t)).collect();
+    infos.sort_by_key(|i| i.timeline_id);
+    Ok(Json(infos))
+}
+
+/// `GET /v1/tenant/{tenant_id}/timeline/{timeline_id}`.
+pub async fn get(
+    State(state): State<HttpState>,
+    TimelinePath(tenant_id, timeline_id): TimelinePath,
+) -> Result<Json<TimelineInfo>, ApiError> {
+    let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
+    Ok(Json(timeline_info(&tl)))
+}
+
+/// `DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}`.
+pub async fn delete(
+    State(state): State<HttpState>,
+    TimelinePath(tenant_id, timeline_id): TimelinePath,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let tenant = state.tenants.get_tenant(tenant_id)?;
+    tenant.delete_timeline(timeline_id).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyspaceQuery {
+    at_lsn: Option<Lsn>,
+}
+
+/// `GET .../keyspace[?at_lsn=X/X]`: every key that exists at `at_lsn`
+/// (default: `last_record_lsn`), as PostgreSQL sees the data directory.
+pub async fn keyspace(
+    State(state): State<HttpState>,
+    TimelinePath(tenant_id, timeline_id): TimelinePath,
+    QueryParams(q): QueryParams<KeyspaceQuery>,
+) -> Result<Json<KeySpace>, ApiError> {
+    let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
+    let at_lsn = q.at_lsn.unwrap_or_else(|| tl.get_last_record_lsn());
+    check_read_lsn(&tl, at_lsn)?;
+    let keys = crate::pgdatadir_mapping::collect_keyspace(&tl, at_lsn).await?;
+    Ok(Json(KeySpace { keys, sparse_keys: Vec::new(), at_lsn }))
+}
+
+/// `PUT .../import_basebackup`: the body is a `pg_basebackup -Ft -X none`
+/// tar, streamed into a new timeline `{timeline_id}`. Returns once durable.
+pub async fn import_basebackup(
+    State(state): State<HttpState>,
+    TimelinePath(tenant_id, timeline_id): TimelinePath,
+    body: Body,
+) -> Result<(StatusCode, Json<TimelineInfo>), ApiError> {
+    let tenant = state.tenants.get_tenant(tenant_id)?;
+    let stream = body.into_data_stream().map(|chunk| chunk.map_err(std::io::Error::other));
+    let tl = crate::import::import_basebackup(tenant, timeline_id, stream).await?;
+    Ok((StatusCode::CREATED, Json(timeline_info(&tl))))
+}
+
+/// `PUT|POST .../checkpoint`: freeze the open in-memory layer and wait until
+/// everything ingested so far is in layer files.
+pub async fn checkpoint(
+    State(state): State<HttpState>,
+    TimelinePath(tenant_id, timeline_id): TimelinePath,
+) -> Result<Json<CheckpointResponse>, ApiError> {
+    let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
+    match tl.freeze_and_flush().await {
+        Ok(disk_consistent_lsn) => Ok(Json(CheckpointResponse { disk_consistent_lsn })),
+        Err(_) if tl.cancel.is_cancelled() => Err(ApiError::ShuttingDown),
+        Err(e) => Err(ApiError::Internal(e.context("checkpoint"))),
+    }
+}

@@ -1,0 +1,122 @@
+//! `TenantManager`: the set of tenants of this pageserver.
+//!
+//! Tenant creation is durable before it is acknowledged: the directory is
+//! built as `<id>.___temp`, fsynced, renamed into place and the parent
+//! directory fsynced. Deletion renames to `<id>.___deleted` first. Start-up
+//! removes leftovers of both.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use utils::id::{TenantId, TimelineId};
+
+use super::{remove_dir_durably, Globals, StorageConf, Tenant, TenantError, Timeline, DELETED_SUFFIX};
+
+pub struct TenantManager {
+    conf: Arc<StorageConf>,
+    globals: Arc<Globals>,
+    cancel: CancellationToken,
+    tenants: RwLock<HashMap<TenantId, Arc<Tenant>>>,
+    creating: Mutex<HashSet<TenantId>>,
+}
+
+impl TenantManager {
+    /// Load every tenant under `<workdir>/tenants`, creating the directory.
+    pub async fn load(conf: Arc<StorageConf>, cancel: CancellationToken) -> anyhow::Result<Arc<TenantManager>> {
+        let dir = conf.tenants_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let globals = Arc::new(Globals::default());
+        let mut tenants = HashMap::new();
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("list {}", dir.display()))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
+                info!("removing unfinished tenant directory {}", entry.path().display());
+                std::fs::remove_dir_all(entry.path())?;
+                continue;
+            }
+            let Ok(id) = name.parse::<TenantId>() else {
+                warn!("ignoring unexpected entry {}", entry.path().display());
+                continue;
+            };
+            let t = Tenant::load(conf.clone(), globals.clone(), id, entry.path(), cancel.child_token())
+                .await
+                .with_context(|| format!("load tenant {id}"))?;
+            tenants.insert(id, t);
+        }
+        info!("loaded {} tenants from {}", tenants.len(), dir.display());
+        Ok(Arc::new(TenantManager {
+            conf,
+            globals,
+            cancel,
+            tenants: RwLock::new(tenants),
+            creating: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    pub fn conf(&self) -> &StorageConf {
+        &self.conf
+    }
+
+    pub async fn create_tenant(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
+        if self.cancel.is_cancelled() {
+            return Err(TenantError::ShuttingDown);
+        }
+        if self.tenants.read().unwrap().contains_key(&id) || !self.creating.lock().unwrap().insert(id) {
+            return Err(TenantError::AlreadyExists(format!("tenant {id}")));
+        }
+        let res = self.create_tenant_inner(id).await;
+        self.creating.lock().unwrap().remove(&id);
+        let t = res?;
+        self.tenants.write().unwrap().insert(id, t.clone());
+        info!("created tenant {id}");
+        Ok(t)
+    }
+
+    async fn create_tenant_inner(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
+        let final_dir = self.conf.tenants_dir().join(id.to_string());
+        let temp_dir = io_engine::temp_path(&final_dir);
+        let _ = std::fs::remove_dir_all(&temp_dir);
+        let tl_dir = temp_dir.join("timelines");
+        std::fs::create_dir_all(&tl_dir).with_context(|| format!("create {}", tl_dir.display()))?;
+        let engine = &self.conf.io_engine;
+        engine.fsync_dir(&tl_dir).await.context("fsync")?;
+        engine.fsync_dir(&temp_dir).await.context("fsync")?;
+        std::fs::rename(&temp_dir, &final_dir).with_context(|| format!("rename {}", temp_dir.display()))?;
+        engine.fsync_dir(&self.conf.tenants_dir()).await.context("fsync")?;
+        Ok(Tenant::load(self.conf.clone(), self.globals.clone(), id, final_dir, self.cancel.child_token()).await?)
+    }
+
+    pub fn get_tenant(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
+        self.tenants.read().unwrap().get(&id).cloned().ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))
+    }
+
+    pub fn list_tenants(&self) -> Vec<Arc<Tenant>> {
+        let mut v: Vec<_> = self.tenants.read().unwrap().values().cloned().collect();
+        v.sort_by_key(|t| t.id());
+        v
+    }
+
+    pub fn get_timeline(&self, tenant: TenantId, timeline: TimelineId) -> Result<Arc<Timeline>, TenantError> {
+        self.get_tenant(tenant)?.get_timeline(timeline)
+    }
+
+    pub async fn delete_tenant(&self, id: TenantId) -> Result<(), TenantError> {
+        let t = self.tenants.write().unwrap().remove(&id).ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))?;
+        t.shutdown(false).await;
+        remove_dir_durably(&self.conf, &self.conf.tenants_dir().join(id.to_string())).await?;
+        info!("deleted tenant {id}");
+        Ok(())
+    }
+
+    /// Flush in-memory data of every timeline (bounded), then stop all tasks.
+    pub async fn shutdown(&self) {
+        let tenants = self.list_tenants();
+        info!("shutting down {} tenants", tenants.len());
+        futures::future::join_all(tenants.iter().map(|t| t.shutdown(true))).await;
+        self.cancel.cancel();
+    }
+}

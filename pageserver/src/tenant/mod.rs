@@ -1,0 +1,345 @@
+//! Tenants and timelines: the layered page store.
+//!
+//! On disk: `<workdir>/tenants/<tenant_id>/timelines/<timeline_id>/` holds a
+//! timeline's `metadata` and its L0 layer files (plus `ephemeral-*` files of
+//! in-memory layers, which are not durable and deleted at start-up).
+//! Directories being created carry the suffix `.___temp` and directories
+//! being deleted `.___deleted`; start-up removes both, so a crash during
+//! creation or deletion leaves nothing half-made behind.
+
+pub mod metadata;
+pub mod mgr;
+pub mod reconstruct;
+pub mod storage_layer;
+pub mod timeline;
+pub mod value;
+pub mod vectored_read;
+
+#[cfg(test)]
+mod model_tests;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use pageserver_api::key::Key;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
+
+pub use timeline::{LayerStats, Timeline, TimelineWriter};
+
+use metadata::TimelineMetadata;
+
+/// Storage settings, derived from the daemon's config.
+#[derive(Debug, Clone)]
+pub struct StorageConf {
+    pub workdir: PathBuf,
+    pub checkpoint_distance: u64,
+    pub checkpoint_timeout: Duration,
+    pub wait_lsn_timeout: Duration,
+    pub max_get_vectored_keys: usize,
+    /// Global bound on bytes held by in-memory layers of all timelines.
+    pub in_memory_layers_budget: u64,
+    pub io_engine: io_engine::IoEngine,
+}
+
+impl StorageConf {
+    /// Defaults for tests and benches, rooted at `workdir`.
+    pub fn for_tests(workdir: &Path) -> StorageConf {
+        StorageConf {
+            workdir: workdir.to_path_buf(),
+            checkpoint_distance: 256 * 1024 * 1024,
+            checkpoint_timeout: Duration::from_secs(600),
+            wait_lsn_timeout: Duration::from_secs(10),
+            max_get_vectored_keys: 32,
+            in_memory_layers_budget: 1024 * 1024 * 1024,
+            io_engine: io_engine::IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap(),
+        }
+    }
+
+    pub fn tenants_dir(&self) -> PathBuf {
+        self.workdir.join("tenants")
+    }
+}
+
+/// Process-wide storage state shared by all timelines.
+#[derive(Debug, Default)]
+pub struct Globals {
+    /// Bytes in all open and frozen in-memory layers.
+    pub in_memory_bytes: AtomicU64,
+}
+
+pub const DELETED_SUFFIX: &str = ".___deleted";
+const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TenantError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum WaitLsnError {
+    #[error("{0}")]
+    Timeout(String),
+    #[error("shutting down")]
+    Shutdown,
+}
+
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum PageReconstructError {
+    #[error("key {key} has no value at or below LSN {lsn}")]
+    MissingKey { key: Key, lsn: Lsn },
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    #[error("IO error: {0}")]
+    Io(String),
+    #[error("key {key} at LSN {lsn} depends on a WAL record of rmgr {rmid} that needs PostgreSQL redo, which this pageserver does not run")]
+    NeedsRedo { key: Key, lsn: Lsn, rmid: u8 },
+    #[error("{0}")]
+    Other(String),
+}
+
+#[derive(Debug, thiserror::Error, Clone)]
+pub enum GetVectoredError {
+    #[error("vectored get of {n} keys exceeds max_get_vectored_keys {max}")]
+    TooManyKeys { n: usize, max: usize },
+    #[error("timeline is shutting down")]
+    Cancelled,
+}
+
+pub struct Tenant {
+    id: TenantId,
+    dir: PathBuf,
+    conf: Arc<StorageConf>,
+    globals: Arc<Globals>,
+    pub cancel: CancellationToken,
+    timelines: RwLock<HashMap<TimelineId, Arc<Timeline>>>,
+    /// Timelines being created (ids reserved until finished or abandoned).
+    creating: Mutex<HashSet<TimelineId>>,
+}
+
+impl Tenant {
+    pub(crate) async fn load(
+        conf: Arc<StorageConf>,
+        globals: Arc<Globals>,
+        id: TenantId,
+        dir: PathBuf,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<Arc<Tenant>> {
+        let tl_dir = dir.join("timelines");
+        let mut timelines = HashMap::new();
+        for entry in std::fs::read_dir(&tl_dir).with_context(|| format!("list {}", tl_dir.display()))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
+                info!("removing unfinished timeline directory {}", entry.path().display());
+                std::fs::remove_dir_all(entry.path())?;
+                continue;
+            }
+            let Ok(tlid) = name.parse::<TimelineId>() else {
+                warn!("ignoring unexpected entry {}", entry.path().display());
+                continue;
+            };
+            let tl = Timeline::load(conf.clone(), globals.clone(), id, tlid, entry.path(), cancel.child_token())
+                .await
+                .with_context(|| format!("load timeline {id}/{tlid}"))?;
+            timelines.insert(tlid, tl);
+        }
+        Ok(Arc::new(Tenant {
+            id,
+            dir,
+            conf,
+            globals,
+            cancel,
+            timelines: RwLock::new(timelines),
+            creating: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    pub fn id(&self) -> TenantId {
+        self.id
+    }
+
+    fn timeline_dir(&self, id: TimelineId) -> PathBuf {
+        self.dir.join("timelines").join(id.to_string())
+    }
+
+    pub fn get_timeline(&self, id: TimelineId) -> Result<Arc<Timeline>, TenantError> {
+        self.timelines
+            .read()
+            .unwrap()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| TenantError::NotFound(format!("timeline {}/{id}", self.id)))
+    }
+
+    pub fn list_timelines(&self) -> Vec<Arc<Timeline>> {
+        let mut v: Vec<_> = self.timelines.read().unwrap().values().cloned().collect();
+        v.sort_by_key(|t| t.timeline_id);
+        v
+    }
+
+    /// Bytes of layer files of all timelines.
+    pub fn physical_size(&self) -> u64 {
+        self.list_timelines().iter().map(|t| t.layer_stats().l0_bytes).sum()
+    }
+
+    fn reserve(&self, id: TimelineId) -> Result<(), TenantError> {
+        if self.cancel.is_cancelled() {
+            return Err(TenantError::ShuttingDown);
+        }
+        if self.timelines.read().unwrap().contains_key(&id) || !self.creating.lock().unwrap().insert(id) {
+            return Err(TenantError::AlreadyExists(format!("timeline {}/{id}", self.id)));
+        }
+        Ok(())
+    }
+
+    pub async fn create_empty_timeline(
+        self: &Arc<Self>,
+        id: TimelineId,
+        initial_lsn: Lsn,
+        pg_version: u32,
+    ) -> Result<Arc<Timeline>, TenantError> {
+        self.begin_timeline_creation(id, initial_lsn, pg_version).await?.finish().await
+    }
+
+    /// A new timeline in a temp directory; see `UninitializedTimeline`.
+    pub async fn begin_timeline_creation(
+        self: &Arc<Self>,
+        id: TimelineId,
+        initial_lsn: Lsn,
+        pg_version: u32,
+    ) -> Result<UninitializedTimeline, TenantError> {
+        self.reserve(id)?;
+        let mut uninit = UninitializedTimeline { tenant: self.clone(), id, timeline: None };
+        let temp_dir = io_engine::temp_path(&self.timeline_dir(id));
+        if temp_dir.exists() {
+            std::fs::remove_dir_all(&temp_dir).context("remove leftover temp directory")?;
+        }
+        let md = TimelineMetadata { disk_consistent_lsn: initial_lsn, initial_lsn, pg_version };
+        Timeline::create_on_disk(&self.conf, &temp_dir, &md).await?;
+        let tl = Timeline::load(self.conf.clone(), self.globals.clone(), self.id, id, temp_dir, self.cancel.child_token())
+            .await?;
+        uninit.timeline = Some(tl);
+        Ok(uninit)
+    }
+
+    pub async fn delete_timeline(&self, id: TimelineId) -> Result<(), TenantError> {
+        let tl = self
+            .timelines
+            .write()
+            .unwrap()
+            .remove(&id)
+            .ok_or_else(|| TenantError::NotFound(format!("timeline {}/{id}", self.id)))?;
+        tl.shutdown(false, Duration::ZERO).await;
+        let dir = self.timeline_dir(id);
+        remove_dir_durably(&self.conf, &dir).await?;
+        info!("deleted timeline {}/{id}", self.id);
+        Ok(())
+    }
+
+    /// Stop all timelines; with `flush`, write in-memory data to disk first.
+    pub async fn shutdown(&self, flush: bool) {
+        let timelines = self.list_timelines();
+        futures::future::join_all(timelines.iter().map(|t| t.shutdown(flush, SHUTDOWN_FLUSH_TIMEOUT))).await;
+        self.cancel.cancel();
+    }
+}
+
+/// Rename `dir` to `<dir>.___deleted`, make that durable, then remove it. A
+/// crash in between leaves a `.___deleted` directory that start-up removes.
+pub(crate) async fn remove_dir_durably(conf: &StorageConf, dir: &Path) -> anyhow::Result<()> {
+    let mut deleted = dir.as_os_str().to_owned();
+    deleted.push(DELETED_SUFFIX);
+    let deleted = PathBuf::from(deleted);
+    std::fs::rename(dir, &deleted).with_context(|| format!("rename {}", dir.display()))?;
+    conf.io_engine.fsync_dir(dir.parent().unwrap()).await?;
+    std::fs::remove_dir_all(&deleted).with_context(|| format!("remove {}", deleted.display()))?;
+    Ok(())
+}
+
+/// A timeline being created (by an import, or empty). It lives in
+/// `<id>.___temp` and is invisible to readers until `finish()`, which flushes
+/// everything, renames the directory into place durably and publishes the
+/// timeline. Dropped unfinished, it removes its directory; after a crash,
+/// start-up does.
+pub struct UninitializedTimeline {
+    tenant: Arc<Tenant>,
+    id: TimelineId,
+    timeline: Option<Arc<Timeline>>,
+}
+
+impl UninitializedTimeline {
+    pub fn timeline(&self) -> &Arc<Timeline> {
+        self.timeline.as_ref().expect("present until finish or drop")
+    }
+
+    pub async fn finish(mut self) -> Result<Arc<Timeline>, TenantError> {
+        let tenant = self.tenant.clone();
+        let tl = self.timeline.take().expect("finish once");
+        let temp_dir = tl.dir().to_path_buf();
+        let result = async {
+            tl.freeze_and_flush().await.context("flush the new timeline")?;
+            anyhow::ensure!(
+                tl.get_disk_consistent_lsn() == tl.get_last_record_lsn(),
+                "new timeline not fully flushed"
+            );
+            tl.shutdown(false, Duration::ZERO).await;
+            let final_dir = tenant.timeline_dir(self.id);
+            std::fs::rename(&temp_dir, &final_dir).with_context(|| format!("rename {}", temp_dir.display()))?;
+            tenant.conf.io_engine.fsync_dir(final_dir.parent().unwrap()).await?;
+            utils::failpoint::failpoint("timeline-create::after-rename")?;
+            Timeline::load(
+                tenant.conf.clone(),
+                tenant.globals.clone(),
+                tenant.id,
+                self.id,
+                final_dir,
+                tenant.cancel.child_token(),
+            )
+            .await
+        }
+        .await;
+        match result {
+            Ok(tl) => {
+                tenant.timelines.write().unwrap().insert(self.id, tl.clone());
+                tenant.creating.lock().unwrap().remove(&self.id);
+                info!("created timeline {}/{} at {}", tenant.id, self.id, tl.get_last_record_lsn());
+                Ok(tl)
+            }
+            Err(e) => {
+                tl.cancel.cancel();
+                // Drop removes the reservation; remove whichever directory exists.
+                let _ = std::fs::remove_dir_all(&temp_dir);
+                let _ = std::fs::remove_dir_all(tenant.timeline_dir(self.id));
+                Err(TenantError::Other(e))
+            }
+        }
+    }
+}
+
+impl Drop for UninitializedTimeline {
+    fn drop(&mut self) {
+        if let Some(tl) = self.timeline.take() {
+            tl.cancel.cancel();
+            if let Err(e) = std::fs::remove_dir_all(tl.dir()) {
+                warn!("could not remove abandoned timeline directory {}: {e}", tl.dir().display());
+            }
+        }
+        self.tenant.creating.lock().unwrap().remove(&self.id);
+    }
+}

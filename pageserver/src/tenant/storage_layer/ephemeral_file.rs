@@ -1,0 +1,203 @@
+//! `EphemeralFile`: the append-only file behind an in-memory layer.
+//!
+//! Appends go to an in-memory tail buffer; a full tail becomes `pending`
+//! while it is written to disk, then a new tail starts. Reads combine the
+//! three places a byte can be: on disk (`< flushed_len`), in `pending`, or in
+//! the tail.
+//!
+//! Concurrency contract: exactly one appender at a time (the timeline's
+//! writer lock guarantees it); any number of concurrent readers. Bytes below
+//! `flushed_len` are never rewritten, so readers read them without a lock.
+//! The state lock is a std `RwLock` held only for memcpy-sized sections,
+//! never across an await.
+//!
+//! The file is removed when the `EphemeralFile` is dropped (its layer has
+//! been flushed to an L0 file, or the timeline is gone). Start-up deletes any
+//! leftovers (`ephemeral-*`), since their content is not durable by design.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use io_engine::{AlignedBuf, File, IoEngine, OpenMode};
+
+/// Size of the tail buffer, and so of each disk write.
+pub const TAIL_SIZE: usize = 256 * 1024;
+
+pub const EPHEMERAL_PREFIX: &str = "ephemeral-";
+
+pub struct EphemeralFile {
+    path: PathBuf,
+    file: File,
+    state: RwLock<State>,
+}
+
+struct State {
+    /// Bytes `[0, flushed_len)` are on disk.
+    flushed_len: u64,
+    /// Bytes `[flushed_len, flushed_len + pending.len())` being written.
+    pending: Option<Arc<AlignedBuf>>,
+    /// Bytes after those.
+    tail: AlignedBuf,
+    /// A recycled buffer for the next tail.
+    spare: Option<AlignedBuf>,
+}
+
+impl State {
+    fn len(&self) -> u64 {
+        self.flushed_len + self.pending.as_ref().map_or(0, |p| p.len() as u64) + self.tail.len() as u64
+    }
+}
+
+impl EphemeralFile {
+    pub async fn create(engine: &IoEngine, dir: &Path, seq: u64) -> io::Result<EphemeralFile> {
+        let path = dir.join(format!("{EPHEMERAL_PREFIX}{seq}"));
+        let _ = std::fs::remove_file(&path);
+        let file = engine.open(&path, OpenMode::CREATE_NEW).await?;
+        Ok(EphemeralFile {
+            path,
+            file,
+            state: RwLock::new(State {
+                flushed_len: 0,
+                pending: None,
+                tail: AlignedBuf::with_capacity(TAIL_SIZE),
+                spare: None,
+            }),
+        })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.state.read().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Append `data`; returns the offset it starts at. Single appender only.
+    pub async fn append(&self, mut data: &[u8]) -> io::Result<u64> {
+        let start = self.len();
+        while !data.is_empty() {
+            let full = {
+                let mut st = self.state.write().unwrap();
+                debug_assert!(st.pending.is_none(), "a previous append did not finish its write");
+                let n = st.tail.remaining().min(data.len());
+                st.tail.extend_from_slice(&data[..n]);
+                data = &data[n..];
+                if st.tail.remaining() == 0 {
+                    let next = st.spare.take().unwrap_or_else(|| AlignedBuf::with_capacity(TAIL_SIZE));
+                    let full = Arc::new(std::mem::replace(&mut st.tail, next));
+                    st.pending = Some(full.clone());
+                    Some((full, st.flushed_len))
+                } else {
+                    None
+                }
+            };
+            if let Some((full, offset)) = full {
+                self.write_pending(full, offset).await?;
+            }
+        }
+        Ok(start)
+    }
+
+    async fn write_pending(&self, full: Arc<AlignedBuf>, offset: u64) -> io::Result<()> {
+        // Readers may hold clones of `full`; write from a private copy only if
+        // we must. The common case is no concurrent reader: write it directly.
+        let owned = match Arc::try_unwrap(full) {
+            Ok(buf) => buf,
+            Err(shared) => AlignedBuf::from_slice(&shared),
+        };
+        let len = owned.len() as u64;
+        let (mut buf, res) = self.file.write_all_at(owned, offset).await;
+        res.map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", self.path.display())))?;
+        let mut st = self.state.write().unwrap();
+        st.flushed_len += len;
+        st.pending = None;
+        buf.clear();
+        st.spare = Some(buf);
+        Ok(())
+    }
+
+    /// Read `len` bytes at `offset` into `buf` (cleared first). The range
+    /// must have been appended already.
+    pub async fn read_at(&self, buf: AlignedBuf, offset: u64, len: usize) -> io::Result<AlignedBuf> {
+        let end = offset + len as u64;
+        let mut buf = buf;
+        // Copy the in-memory part under the lock; remember the disk part.
+        let disk_end = {
+            let st = self.state.read().unwrap();
+            assert!(end <= st.len(), "read [{offset}, {end}) past the end {} of {}", st.len(), self.path.display());
+            buf.clear();
+            buf.set_len(len);
+            let mut copy_from = |src: &[u8], src_start: u64| {
+                let src_end = src_start + src.len() as u64;
+                let (lo, hi) = (offset.max(src_start), end.min(src_end));
+                if lo < hi {
+                    buf[(lo - offset) as usize..(hi - offset) as usize]
+                        .copy_from_slice(&src[(lo - src_start) as usize..(hi - src_start) as usize]);
+                }
+            };
+            let mut mem_start = st.flushed_len;
+            if let Some(p) = &st.pending {
+                copy_from(p, mem_start);
+                mem_start += p.len() as u64;
+            }
+            copy_from(&st.tail, mem_start);
+            st.flushed_len.min(end)
+        };
+        if offset < disk_end {
+            let n = (disk_end - offset) as usize;
+            if n == len {
+                let (b, res) = self.file.read_exact_at(buf, offset, n).await;
+                res?;
+                return Ok(b);
+            }
+            let (tmp, res) = self.file.read_exact_at(AlignedBuf::with_capacity(n), offset, n).await;
+            res?;
+            buf[..n].copy_from_slice(&tmp);
+        }
+        Ok(buf)
+    }
+}
+
+impl Drop for EphemeralFile {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!("could not remove ephemeral file {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use io_engine::IoEngineKind;
+
+    #[tokio::test]
+    async fn reads_span_disk_pending_and_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let eng = IoEngine::new(IoEngineKind::StdFs).unwrap();
+        let f = EphemeralFile::create(&eng, dir.path(), 1).await.unwrap();
+        let mut model = Vec::new();
+        let mut rng = 12345u64;
+        for i in 0..400 {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let n = (rng >> 40) as usize % 9000 + 1;
+            let chunk: Vec<u8> = (0..n).map(|j| (i + j) as u8).collect();
+            let off = f.append(&chunk).await.unwrap();
+            assert_eq!(off, model.len() as u64);
+            model.extend_from_slice(&chunk);
+        }
+        assert!(model.len() > 3 * TAIL_SIZE);
+        for (off, len) in [(0, 10), (TAIL_SIZE - 5, 10), (100, 2 * TAIL_SIZE), (model.len() - 7, 7)] {
+            let b = f.read_at(AlignedBuf::with_capacity(len), off as u64, len).await.unwrap();
+            assert_eq!(&b[..], &model[off..off + len], "read at {off}+{len}");
+        }
+        let path = dir.path().join("ephemeral-1");
+        assert!(path.exists());
+        drop(f);
+        assert!(!path.exists());
+    }
+}

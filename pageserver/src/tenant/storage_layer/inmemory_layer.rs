@@ -1,0 +1,140 @@
+//! `InMemoryLayer`: the layer that receives writes.
+//!
+//! Values are serialized once and appended raw to an `EphemeralFile`; the
+//! index maps key -> list of (LSN, `BlobRef`) sorted by LSN. A layer covers
+//! `[start_lsn, end_lsn)`; it is *open* (end unknown, receiving writes) until
+//! frozen at an LSN boundary, then *frozen* (immutable) until flushed to an
+//! L0 delta file.
+//!
+//! Concurrency contract: one writer at a time (the timeline writer lock).
+//! The writer appends the bytes first and then publishes the index entries,
+//! so any entry a reader can see points at bytes already appended. Readers
+//! take the index lock shortly to plan, then read without it.
+
+use std::collections::BTreeMap;
+use std::sync::{OnceLock, RwLock};
+use std::time::Instant;
+
+use io_engine::{AlignedBuf, IoEngine};
+use pageserver_api::key::{CompactKey, Key};
+use smallvec::SmallVec;
+use utils::lsn::Lsn;
+
+use super::ephemeral_file::EphemeralFile;
+use super::BlobRef;
+
+/// Per key, (LSN, value location) sorted by LSN; almost always one entry.
+pub type KeyHistory = SmallVec<[(Lsn, BlobRef); 1]>;
+
+pub struct InMemoryLayer {
+    pub start_lsn: Lsn,
+    /// Set once when frozen: the exclusive end of the layer's LSN range.
+    end_lsn: OnceLock<Lsn>,
+    pub opened_at: Instant,
+    file: EphemeralFile,
+    index: RwLock<BTreeMap<CompactKey, KeyHistory>>,
+}
+
+impl InMemoryLayer {
+    pub async fn create(
+        engine: &IoEngine,
+        dir: &std::path::Path,
+        seq: u64,
+        start_lsn: Lsn,
+    ) -> std::io::Result<InMemoryLayer> {
+        Ok(InMemoryLayer {
+            start_lsn,
+            end_lsn: OnceLock::new(),
+            opened_at: Instant::now(),
+            file: EphemeralFile::create(engine, dir, seq).await?,
+            index: RwLock::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn end_lsn(&self) -> Option<Lsn> {
+        self.end_lsn.get().copied()
+    }
+
+    /// Freeze: no more writes; the layer covers `[start_lsn, end)`.
+    pub fn freeze(&self, end: Lsn) {
+        assert!(end > self.start_lsn, "freeze at {end} <= start {}", self.start_lsn);
+        self.end_lsn.set(end).expect("layer frozen twice");
+    }
+
+    /// Bytes of serialized values held.
+    pub fn size(&self) -> u64 {
+        self.file.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.file.is_empty()
+    }
+
+    /// Append already-serialized values (`buf` holds them back to back) and
+    /// index them. `entries` gives each value's key, LSN, position in `buf`
+    /// and will_init. LSNs must be >= start_lsn, and per key non-decreasing.
+    pub async fn put_serialized(
+        &self,
+        buf: &[u8],
+        entries: &[(Key, Lsn, std::ops::Range<usize>, bool)],
+    ) -> anyhow::Result<()> {
+        assert!(self.end_lsn().is_none(), "write into a frozen layer");
+        let base = self.file.append(buf).await?;
+        let mut index = self.index.write().unwrap();
+        for (key, lsn, range, will_init) in entries {
+            debug_assert!(*lsn >= self.start_lsn);
+            let blob = BlobRef::new(base + range.start as u64, range.len(), *will_init);
+            let hist = index.entry(key.to_compact()).or_default();
+            match hist.last_mut() {
+                // Same key written twice at one LSN: the later write wins.
+                Some(last) if last.0 == *lsn => last.1 = blob,
+                Some(last) if last.0 > *lsn => {
+                    anyhow::bail!("key {key} written at {lsn} after {}", last.0)
+                }
+                _ => hist.push((*lsn, blob)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Values of `key` at or below `lsn`, newest first, up to and including
+    /// the first `will_init` one. Returns whether a `will_init` was reached.
+    pub fn collect(&self, key: CompactKey, lsn: Lsn, out: &mut Vec<(Lsn, BlobRef)>) -> bool {
+        let index = self.index.read().unwrap();
+        let Some(hist) = index.get(&key) else { return false };
+        for &(l, blob) in hist.iter().rev() {
+            if l > lsn {
+                continue;
+            }
+            out.push((l, blob));
+            if blob.will_init() {
+                return true;
+            }
+        }
+        false
+    }
+
+    pub async fn read_chunk(&self, offset: u64, len: usize) -> std::io::Result<AlignedBuf> {
+        self.file.read_at(AlignedBuf::with_capacity(len), offset, len).await
+    }
+
+    /// Every index entry sorted by (key, LSN); for the flush of a frozen layer.
+    pub fn sorted_entries(&self) -> Vec<(CompactKey, Lsn, BlobRef)> {
+        let index = self.index.read().unwrap();
+        let mut out = Vec::with_capacity(index.len());
+        for (k, hist) in index.iter() {
+            out.extend(hist.iter().map(|(l, b)| (*k, *l, *b)));
+        }
+        out
+    }
+
+    /// Keys stored with an LSN at or below `lsn`.
+    pub fn keys_at_or_below(&self, lsn: Lsn, out: &mut Vec<CompactKey>) {
+        let index = self.index.read().unwrap();
+        out.extend(index.iter().filter(|(_, h)| h[0].0 <= lsn).map(|(k, _)| *k));
+    }
+
+    pub fn ephemeral_file(&self) -> &EphemeralFile {
+        &self.file
+    }
+}

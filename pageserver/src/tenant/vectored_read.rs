@@ -1,0 +1,191 @@
+//! The read path: plan every value a vectored get needs, coalesce the reads
+//! per layer into aligned chunks, issue them together, then reconstruct.
+//!
+//! Planning uses only the indexes (which carry `will_init`), so no value is
+//! read before the plan is complete. Per layer, each needed value becomes a
+//! 512-byte-aligned range; ranges are sorted and merged when they overlap or
+//! touch, up to `MAX_CHUNK` bytes, so a chunk shared by several values (or by
+//! the same key at several LSNs) is read exactly once.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use io_engine::AlignedBuf;
+use pageserver_api::key::Key;
+use utils::lsn::Lsn;
+
+use super::reconstruct::reconstruct;
+use super::storage_layer::layer_map::ReadableLayer;
+use super::storage_layer::BlobRef;
+use super::value::Value;
+use super::PageReconstructError;
+
+pub const CHUNK_ALIGN: u64 = 512;
+pub const MAX_CHUNK: u64 = 128 * 1024;
+
+/// Merge value ranges into aligned read chunks. `ranges` are (start, end)
+/// byte offsets; `limit` is the readable length (chunks never pass it).
+/// Returns the chunks, sorted and disjoint.
+pub fn coalesce(ranges: &[(u64, u64)], limit: u64) -> Vec<Range<u64>> {
+    let mut aligned: Vec<Range<u64>> = ranges
+        .iter()
+        .map(|&(s, e)| (s / CHUNK_ALIGN * CHUNK_ALIGN)..e.next_multiple_of(CHUNK_ALIGN).min(limit))
+        .collect();
+    aligned.sort_unstable_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(aligned.len());
+    for r in aligned {
+        if let Some(cur) = out.last_mut() {
+            let overlaps = r.start < cur.end;
+            let fits = r.end.max(cur.end) - cur.start <= MAX_CHUNK;
+            if overlaps || (r.start == cur.end && fits) {
+                cur.end = cur.end.max(r.end);
+                continue;
+            }
+        }
+        out.push(r);
+    }
+    out
+}
+
+struct Query {
+    key: Key,
+    lsn: Lsn,
+    /// (layer index, LSN, location), newest first.
+    plan: Vec<(usize, Lsn, BlobRef)>,
+    complete: bool,
+}
+
+/// Statistics of one vectored read, for metrics and tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReadStats {
+    pub values: usize,
+    pub chunks: usize,
+    pub bytes: u64,
+}
+
+/// Read `queries` (key at LSN) through `layers` (newest first).
+pub async fn read(
+    layers: &[ReadableLayer],
+    queries: &[(Key, Lsn)],
+) -> (Vec<Result<Bytes, PageReconstructError>>, ReadStats) {
+    // Deduplicate: the same (key, lsn) is planned and reconstructed once.
+    let mut uniq: Vec<Query> = Vec::with_capacity(queries.len());
+    let mut slot_of = Vec::with_capacity(queries.len());
+    for &(key, lsn) in queries {
+        let slot = match uniq.iter().position(|q| q.key == key && q.lsn == lsn) {
+            Some(i) => i,
+            None => {
+                uniq.push(Query { key, lsn, plan: Vec::new(), complete: false });
+                uniq.len() - 1
+            }
+        };
+        slot_of.push(slot);
+    }
+
+    // Plan: walk layers newest first until each key reaches a will_init value.
+    let mut scratch = Vec::new();
+    for q in uniq.iter_mut() {
+        let ck = q.key.to_compact();
+        for (li, layer) in layers.iter().enumerate() {
+            if layer.start_lsn() > q.lsn {
+                continue;
+            }
+            scratch.clear();
+            let done = match layer {
+                ReadableLayer::InMemory(l) => l.collect(ck, q.lsn, &mut scratch),
+                ReadableLayer::Delta(l) => l.collect(ck, q.lsn, &mut scratch),
+            };
+            q.plan.extend(scratch.iter().map(|&(lsn, b)| (li, lsn, b)));
+            if done {
+                q.complete = true;
+                break;
+            }
+        }
+    }
+
+    // Coalesce per layer, then issue all chunk reads together.
+    let mut stats = ReadStats::default();
+    let mut per_layer: Vec<Vec<(u64, u64)>> = vec![Vec::new(); layers.len()];
+    for q in uniq.iter().filter(|q| q.complete) {
+        for &(li, _, b) in &q.plan {
+            per_layer[li].push((b.offset(), b.end()));
+            stats.values += 1;
+        }
+    }
+    let mut chunks: Vec<(usize, Range<u64>)> = Vec::new();
+    for (li, ranges) in per_layer.iter().enumerate() {
+        if ranges.is_empty() {
+            continue;
+        }
+        let limit = match &layers[li] {
+            ReadableLayer::InMemory(l) => l.size(),
+            ReadableLayer::Delta(_) => u64::MAX,
+        };
+        chunks.extend(coalesce(ranges, limit).into_iter().map(|r| (li, r)));
+    }
+    stats.chunks = chunks.len();
+    stats.bytes = chunks.iter().map(|(_, r)| r.end - r.start).sum();
+    let reads = chunks.iter().map(|(li, r)| {
+        let len = (r.end - r.start) as usize;
+        async move {
+            match &layers[*li] {
+                ReadableLayer::InMemory(l) => l.read_chunk(r.start, len).await,
+                ReadableLayer::Delta(l) => l.read_chunk(r.start, len).await,
+            }
+        }
+    });
+    let bufs: Vec<std::io::Result<AlignedBuf>> = futures::future::join_all(reads).await;
+
+    // Reconstruct each unique query from the chunk bytes.
+    let results: Vec<Result<Bytes, PageReconstructError>> = uniq
+        .into_iter()
+        .map(|q| {
+            if !q.complete {
+                return Err(if q.plan.is_empty() {
+                    PageReconstructError::MissingKey { key: q.key, lsn: q.lsn }
+                } else {
+                    PageReconstructError::Corrupt(format!(
+                        "key {} at {}: no image or initializing record below {}",
+                        q.key,
+                        q.lsn,
+                        q.plan.last().unwrap().1
+                    ))
+                });
+            }
+            let mut values = Vec::with_capacity(q.plan.len());
+            for &(li, lsn, b) in &q.plan {
+                let ci = chunks.partition_point(|(cl, r)| (*cl, r.start) <= (li, b.offset())) - 1;
+                let (_, range) = &chunks[ci];
+                let buf = bufs[ci].as_ref().map_err(|e| PageReconstructError::Io(e.to_string()))?;
+                let at = (b.offset() - range.start) as usize;
+                let v = Value::deserialize(&buf[at..at + b.len()]).map_err(|e| {
+                    PageReconstructError::Corrupt(format!("key {} at {lsn}: {e}", q.key))
+                })?;
+                values.push((lsn, v));
+            }
+            reconstruct(q.key, q.lsn, values)
+        })
+        .collect();
+    (slot_of.into_iter().map(|s| results[s].clone()).collect(), stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalesce_aligns_merges_and_bounds() {
+        // Two values in one 512-byte block: one chunk.
+        assert_eq!(coalesce(&[(10, 20), (30, 40)], u64::MAX), vec![0..512]);
+        // Adjacent blocks merge; a gap does not.
+        assert_eq!(coalesce(&[(0, 512), (512, 600), (2048, 2100)], u64::MAX), vec![0..1024, 2048..2560]);
+        // The limit clamps the end.
+        assert_eq!(coalesce(&[(0, 100)], 100), vec![0..100]);
+        // Adjacent 8 KiB pages merge up to 128 KiB, then a new chunk starts.
+        let pages: Vec<(u64, u64)> = (0..20).map(|i| (i * 8192, (i + 1) * 8192)).collect();
+        let c = coalesce(&pages, u64::MAX);
+        assert_eq!(c, vec![0..MAX_CHUNK, MAX_CHUNK..20 * 8192]);
+        // Duplicates are read once.
+        assert_eq!(coalesce(&[(0, 8192), (0, 8192)], u64::MAX), vec![0..8192]);
+    }
+}
