@@ -139,6 +139,11 @@ impl Value {
 
     /// Check the CRC and decode. `buf` is exactly one serialized value.
     pub fn deserialize(buf: &[u8]) -> Result<Value, ValueDecodeError> {
+        Self::deserialize_bytes(&Bytes::copy_from_slice(buf))
+    }
+
+    /// Like `deserialize`, but an image shares `buf`'s memory (no copy).
+    pub fn deserialize_bytes(buf: &Bytes) -> Result<Value, ValueDecodeError> {
         if buf.len() < VALUE_OVERHEAD {
             return Err(ValueDecodeError::Malformed("shorter than tag and checksum"));
         }
@@ -150,7 +155,7 @@ impl Value {
         }
         let mut b = &body[1..];
         match body[0] {
-            TAG_IMAGE => Ok(Value::Image(Bytes::copy_from_slice(b))),
+            TAG_IMAGE => Ok(Value::Image(buf.slice(1..buf.len() - 4))),
             TAG_RECORD => {
                 let need = |b: &[u8], n: usize| {
                     if b.len() < n {

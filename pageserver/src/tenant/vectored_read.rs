@@ -10,7 +10,6 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use io_engine::AlignedBuf;
 use pageserver_api::key::Key;
 use utils::lsn::Lsn;
 
@@ -134,7 +133,9 @@ pub async fn read(
             }
         }
     });
-    let bufs: Vec<std::io::Result<AlignedBuf>> = futures::future::join_all(reads).await;
+    // Chunks become shared `Bytes` so page images are slices of them (no copy).
+    let bufs: Vec<std::io::Result<Bytes>> =
+        futures::future::join_all(reads).await.into_iter().map(|r| r.map(Bytes::from_owner)).collect();
 
     // Reconstruct each unique query from the chunk bytes.
     let results: Vec<Result<Bytes, PageReconstructError>> = uniq
@@ -158,7 +159,7 @@ pub async fn read(
                 let (_, range) = &chunks[ci];
                 let buf = bufs[ci].as_ref().map_err(|e| PageReconstructError::Io(e.to_string()))?;
                 let at = (b.offset() - range.start) as usize;
-                let v = Value::deserialize(&buf[at..at + b.len()]).map_err(|e| {
+                let v = Value::deserialize_bytes(&buf.slice(at..at + b.len())).map_err(|e| {
                     PageReconstructError::Corrupt(format!("key {} at {lsn}: {e}", q.key))
                 })?;
                 values.push((lsn, v));
