@@ -42,7 +42,10 @@ use utils::lsn::Lsn;
 use crate::connstring::ConnString;
 use crate::get_page_latest_lsn::DRAIN_TIMEOUT;
 use crate::keyspace::RelBlockSpace;
-use crate::libpq::{connect_pagestream, describe_error, put_copy_data, read_message, Protocol};
+use crate::libpq::{
+    connect_pagestream, describe_error, put_copy_data_with, read_message, terminate_message,
+    Backend, Protocol,
+};
 use crate::stats::{LiveCounters, RequestStats};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -85,15 +88,14 @@ pub async fn run_client(
     live: Arc<LiveCounters>,
 ) -> RequestStats {
     let mut stats = RequestStats::default();
-    let mut gen =
-        Generator { rng: StdRng::seed_from_u64(params.seed), next_reqid: 1 };
+    let mut gen = Generator { rng: StdRng::seed_from_u64(params.seed), next_reqid: 1 };
     let mut backoff = MIN_BACKOFF;
     while !cancel.is_cancelled() {
         let connected = tokio::select! {
             r = connect_pagestream(&params.connstring, params.tenant, params.timeline, params.protocol) => r,
             _ = cancel.cancelled() => break,
         };
-        let outcome = match connected {
+        let outcome: anyhow::Result<()> = match connected {
             Ok((stream, leftover)) => {
                 backoff = MIN_BACKOFF;
                 let (rd, wr) = stream.into_split();
@@ -175,7 +177,8 @@ async fn run_session(
                     }
                     let now = tokio::time::Instant::now();
                     // Catch up after a stall, but never by more than a second's burst.
-                    next_at = (next_at + period).max(now - Duration::from_secs(1));
+                    let floor = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+                    next_at = (next_at + period).max(floor);
                 }
             }
             out.clear();
@@ -199,8 +202,8 @@ async fn run_session(
                         blkno,
                     };
                     gen.next_reqid += 1;
-                    let payload = PagestreamFeMessage::GetPage(req).serialize(version);
-                    put_copy_data(&payload, &mut out);
+                    let msg = PagestreamFeMessage::GetPage(req);
+                    put_copy_data_with(&mut out, |buf| msg.serialize_into(buf, version));
                     q.push_back(InFlight {
                         reqid: req.hdr.reqid,
                         request_lsn,
@@ -217,9 +220,11 @@ async fn run_session(
         match tokio::time::timeout(DRAIN_TIMEOUT, permits.acquire_many(p.queue_depth as u32)).await
         {
             Ok(all) => all.context("semaphore closed")?.forget(),
-            Err(_) => bail!("responses still outstanding {DRAIN_TIMEOUT:?} after the end of the run"),
+            Err(_) => {
+                bail!("responses still outstanding {DRAIN_TIMEOUT:?} after the end of the run")
+            }
         }
-        wr.write_all(&crate::libpq::terminate_message()).await.context("send Terminate")?;
+        wr.write_all(&terminate_message()).await.context("send Terminate")?;
         let _ = wr.shutdown().await;
         all_answered.cancel();
         anyhow::Ok(())
@@ -235,9 +240,9 @@ async fn run_session(
             };
             let body = match msg {
                 None => bail!("server closed the connection"),
-                Some(Message::CopyData(body)) => body,
-                Some(Message::NoticeResponse(_)) => continue,
-                Some(Message::ErrorResponse(e)) => {
+                Some(Backend::Msg(Message::CopyData(body))) => body,
+                Some(Backend::Msg(Message::NoticeResponse(_))) => continue,
+                Some(Backend::Msg(Message::ErrorResponse(e))) => {
                     bail!("server ended the stream: {}", describe_error(&e))
                 }
                 Some(_) => bail!("unexpected libpq message in the pagestream"),

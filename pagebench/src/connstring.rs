@@ -161,7 +161,12 @@ mod tests {
         assert_eq!(cs.options.as_deref(), Some("-c x"));
         assert_eq!(
             cs.startup_params(),
-            vec![("user", "u@x"), ("database", "db"), ("application_name", "a b"), ("options", "-c x")]
+            vec![
+                ("user", "u@x"),
+                ("database", "db"),
+                ("application_name", "a b"),
+                ("options", "-c x")
+            ]
         );
     }
 

@@ -76,7 +76,8 @@ struct Target {
 impl FromStr for Target {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> anyhow::Result<Target> {
-        let (t, tl) = s.split_once('/').with_context(|| format!("target '{s}' is not tenant/timeline"))?;
+        let (t, tl) =
+            s.split_once('/').with_context(|| format!("target '{s}' is not tenant/timeline"))?;
         Ok(Target {
             tenant: t.parse().with_context(|| format!("bad tenant id in '{s}'"))?,
             timeline: tl.parse().with_context(|| format!("bad timeline id in '{s}'"))?,
@@ -94,11 +95,8 @@ pub fn main(args: Args) -> anyhow::Result<()> {
         }
     }
     let cs = ConnString::parse(&args.page_service_connstring)?;
-    let targets = args
-        .targets
-        .iter()
-        .map(|s| s.parse::<Target>())
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let targets =
+        args.targets.iter().map(|s| s.parse::<Target>()).collect::<anyhow::Result<Vec<_>>>()?;
 
     // Resolving targets is a handful of HTTP calls: a small runtime of its own.
     let setup_rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

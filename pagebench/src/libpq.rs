@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use bytes::{Bytes, BytesMut};
 use fallible_iterator::FallibleIterator;
-use postgres_protocol::message::backend::{ErrorResponseBody, Message};
+use postgres_protocol::message::backend::{ErrorResponseBody, Header, Message};
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -48,9 +48,9 @@ pub fn describe_error(body: &ErrorResponseBody) -> String {
     loop {
         match fields.next() {
             Ok(Some(f)) => match f.type_() {
-                b'S' => severity = f.value().to_string(),
-                b'C' => code = f.value().to_string(),
-                b'M' => message = f.value().to_string(),
+                b'S' => severity = String::from_utf8_lossy(f.value_bytes()).into_owned(),
+                b'C' => code = String::from_utf8_lossy(f.value_bytes()).into_owned(),
+                b'M' => message = String::from_utf8_lossy(f.value_bytes()).into_owned(),
                 _ => {}
             },
             Ok(None) => break,
@@ -60,14 +60,37 @@ pub fn describe_error(body: &ErrorResponseBody) -> String {
     format!("{severity} {code}: {message}")
 }
 
+/// A backend message: postgres-protocol's `Message`, plus CopyBothResponse,
+/// which its parser does not know.
+pub enum Backend {
+    CopyBothResponse,
+    Msg(Message),
+}
+
+/// Parses one complete message from the front of `buf`, if there is one.
+fn parse_backend(buf: &mut BytesMut) -> anyhow::Result<Option<Backend>> {
+    if buf.first() == Some(&b'W') {
+        let Some(header) = Header::parse(buf).context("parse message header")? else {
+            return Ok(None);
+        };
+        let total = 1 + header.len() as usize;
+        if buf.len() < total {
+            return Ok(None);
+        }
+        let _ = buf.split_to(total);
+        return Ok(Some(Backend::CopyBothResponse));
+    }
+    Ok(Message::parse(buf).context("parse backend message")?.map(Backend::Msg))
+}
+
 /// Reads one backend message, filling `buf` from `reader` as needed.
 /// `Ok(None)` means a clean EOF at a message boundary.
 pub async fn read_message<R: AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
-) -> anyhow::Result<Option<Message>> {
+) -> anyhow::Result<Option<Backend>> {
     loop {
-        if let Some(msg) = Message::parse(buf).context("parse backend message")? {
+        if let Some(msg) = parse_backend(buf)? {
             return Ok(Some(msg));
         }
         if buf.capacity() - buf.len() < 16 * 1024 {
@@ -83,12 +106,16 @@ pub async fn read_message<R: AsyncRead + Unpin>(
     }
 }
 
-/// Appends one CopyData message carrying `payload` to `out`.
-pub fn put_copy_data(payload: &[u8], out: &mut BytesMut) {
+/// Appends one CopyData message to `out` whose payload `write` appends in
+/// place (no intermediate buffer); the length is patched in afterwards.
+pub fn put_copy_data_with(out: &mut BytesMut, write: impl FnOnce(&mut BytesMut)) {
     use bytes::BufMut;
+    let start = out.len();
     out.put_u8(b'd');
-    out.put_i32((payload.len() + 4) as i32);
-    out.put_slice(payload);
+    out.put_i32(0);
+    write(out);
+    let len = i32::try_from(out.len() - start - 1).expect("CopyData payload fits in i32");
+    out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
 }
 
 /// Opens a libpq session and switches it to the pagestream sub-protocol.
@@ -99,9 +126,9 @@ pub async fn connect_pagestream(
     timeline: TimelineId,
     protocol: Protocol,
 ) -> anyhow::Result<(TcpStream, BytesMut)> {
-    tokio::time::timeout(SETUP_TIMEOUT, setup(cs, tenant, timeline, protocol))
-        .await
-        .map_err(|_| anyhow!("connection setup to {} timed out after {SETUP_TIMEOUT:?}", cs.addr()))?
+    tokio::time::timeout(SETUP_TIMEOUT, setup(cs, tenant, timeline, protocol)).await.map_err(
+        |_| anyhow!("connection setup to {} timed out after {SETUP_TIMEOUT:?}", cs.addr()),
+    )?
 }
 
 async fn setup(
@@ -110,9 +137,8 @@ async fn setup(
     timeline: TimelineId,
     protocol: Protocol,
 ) -> anyhow::Result<(TcpStream, BytesMut)> {
-    let mut stream = TcpStream::connect(cs.addr())
-        .await
-        .with_context(|| format!("connect to {}", cs.addr()))?;
+    let mut stream =
+        TcpStream::connect(cs.addr()).await.with_context(|| format!("connect to {}", cs.addr()))?;
     stream.set_nodelay(true).context("set TCP_NODELAY")?;
 
     let mut out = BytesMut::new();
@@ -125,6 +151,7 @@ async fn setup(
         let msg = read_message(&mut stream, &mut buf)
             .await?
             .context("server closed the connection during startup")?;
+        let Backend::Msg(msg) = msg else { bail!("CopyBothResponse during startup") };
         match msg {
             Message::AuthenticationOk
             | Message::ParameterStatus(_)
@@ -152,8 +179,11 @@ async fn setup(
         let msg = read_message(&mut stream, &mut buf)
             .await?
             .with_context(|| format!("server closed the connection after '{query}'"))?;
+        let msg = match msg {
+            Backend::CopyBothResponse => return Ok((stream, buf)),
+            Backend::Msg(m) => m,
+        };
         match msg {
-            Message::CopyBothResponse(_) => return Ok((stream, buf)),
             Message::NoticeResponse(_) | Message::ParameterStatus(_) => {}
             Message::ErrorResponse(e) => bail!("'{query}' refused: {}", describe_error(&e)),
             _ => bail!("unexpected reply to '{query}'"),
@@ -166,4 +196,34 @@ pub fn terminate_message() -> Bytes {
     let mut out = BytesMut::new();
     frontend::terminate(&mut out);
     out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_data_framing() {
+        let mut out = BytesMut::from(&b"xy"[..]);
+        put_copy_data_with(&mut out, |b| b.extend_from_slice(b"hello"));
+        assert_eq!(&out[..], b"xyd\x00\x00\x00\x09hello");
+        let mut parsed = BytesMut::from(&out[2..]);
+        match parse_backend(&mut parsed).unwrap() {
+            Some(Backend::Msg(Message::CopyData(body))) => assert_eq!(body.data(), b"hello"),
+            _ => panic!("not a CopyData"),
+        }
+        assert!(parsed.is_empty());
+    }
+
+    #[test]
+    fn copy_both_response_is_recognised() {
+        // 'W', len 7, format 0, 0 columns; then the first byte of a CopyData.
+        let mut buf = BytesMut::from(&b"W\x00\x00\x00\x07\x00\x00\x00d"[..]);
+        assert!(matches!(parse_backend(&mut buf).unwrap(), Some(Backend::CopyBothResponse)));
+        assert_eq!(&buf[..], b"d");
+        assert!(parse_backend(&mut buf).unwrap().is_none());
+        let mut partial = BytesMut::from(&b"W\x00\x00\x00\x07\x00"[..]);
+        assert!(parse_backend(&mut partial).unwrap().is_none());
+        assert_eq!(partial.len(), 6);
+    }
 }

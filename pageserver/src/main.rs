@@ -1,1 +1,271 @@
-fn main() {}
+//! The `pageserver` binary: start-up, the two listeners, graceful shutdown.
+//!
+//! `pageserver --workdir DIR [--config FILE] [-c key=value ...]`
+//!
+//! Start-up order: parse the command line, create and lock DIR (one daemon
+//! per workdir), load and validate the config (an error names the key and
+//! exits 1 before anything else happens), set up logging, register metrics,
+//! bind both listeners, load the tenants, then serve. "pageserver started"
+//! is logged once both listeners accept connections.
+//!
+//! Shutdown (SIGINT or SIGTERM), every stage bounded by `shutdown_timeout`
+//! and logged with what it waits for:
+//! 1. cancel the root token: the page service and the HTTP server stop
+//!    accepting; page service connections end, HTTP requests in flight finish;
+//! 2. wait for the page service, then the HTTP server;
+//! 3. `TenantManager::shutdown()`: stop ingest, flush in-memory layers, wait for
+//!    background tasks;
+//! 4. exit 0. A second signal during shutdown exits 1 at once. If a service
+//!    fails on its own, the daemon shuts down the same way and exits 1.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+
+use pageserver::config::{LogFormat, PageServerConf};
+use pageserver::http::{self, HttpState};
+use pageserver::metrics;
+use pageserver::page_service;
+use pageserver::tenant::mgr::TenantManager;
+
+/// A pageserver: keeps every version of every page of PostgreSQL clusters and
+/// serves GetPage@LSN over libpq.
+#[derive(Parser, Debug)]
+#[command(name = "pageserver", version)]
+struct Args {
+    /// Working directory: tenants and their layer files live here. Created if missing.
+    #[arg(short = 'D', long)]
+    workdir: PathBuf,
+    /// TOML config file; without one, built-in defaults apply (see config/pageserver.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Override one config key, TOML value syntax: -c checkpoint_distance="64 MiB".
+    /// Repeatable; applied after the config file, later ones win.
+    #[arg(short = 'c', long = "config-override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // Logging is configured by the config, so errors up to here go to stderr.
+    let (conf, _lock) = match prepare(&args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("pageserver: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(conf.log_format);
+    #[cfg(feature = "testing")]
+    if let Ok(spec) = std::env::var("FAILPOINTS") {
+        if let Err(e) = utils::failpoint::configure_from_str(&spec) {
+            error!("invalid FAILPOINTS environment variable: {e}");
+            return ExitCode::FAILURE;
+        }
+        info!("failpoints configured from the environment: {spec}");
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("pageserver-worker")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!("cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(Arc::new(conf)));
+    // Tasks abandoned by a timed-out shutdown stage must not hold up the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => {
+            info!("pageserver stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            error!("pageserver failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Create and lock the workdir, load the config.
+fn prepare(args: &Args) -> anyhow::Result<(PageServerConf, std::fs::File)> {
+    std::fs::create_dir_all(&args.workdir)
+        .with_context(|| format!("cannot create workdir {}", args.workdir.display()))?;
+    let lock = lock_workdir(&args.workdir)?;
+    let conf = PageServerConf::load(&args.workdir, args.config.as_deref(), &args.overrides)?;
+    Ok((conf, lock))
+}
+
+/// Hold an exclusive `flock` on `DIR/pageserver.lock` for the life of the
+/// process, so two daemons never share a workdir. The kernel drops the lock
+/// when the process dies, however it dies.
+fn lock_workdir(workdir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = workdir.join("pageserver.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        anyhow::bail!(
+            "cannot lock {}: {err} (is another pageserver running in {}?)",
+            path.display(),
+            workdir.display()
+        );
+    }
+    Ok(file)
+}
+
+/// Logs go to stderr, plain text or JSON; `RUST_LOG` filters (default `info`).
+fn init_logging(format: LogFormat) {
+    let filter =
+        EnvFilter::builder().with_default_directive(LevelFilter::INFO.into()).from_env_lossy();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    match format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
+}
+
+async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
+    metrics::register_all();
+    info!(
+        workdir = %conf.workdir.display(),
+        io_engine = ?conf.io_engine_kind(),
+        page_service_pipelining = ?conf.page_service_pipelining,
+        "starting pageserver"
+    );
+
+    let pg_listener = TcpListener::bind(&conf.listen_pg_addr)
+        .await
+        .with_context(|| format!("cannot listen on listen_pg_addr {}", conf.listen_pg_addr))?;
+    let http_listener = TcpListener::bind(&conf.listen_http_addr)
+        .await
+        .with_context(|| format!("cannot listen on listen_http_addr {}", conf.listen_http_addr))?;
+    let pg_addr = pg_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+
+    // The tenants get their own token: they must outlive the services that use
+    // them and are stopped by `TenantManager::shutdown()`, not by the root token.
+    let tenants_cancel = CancellationToken::new();
+    let tenants = TenantManager::load(Arc::new(conf.storage_conf()), tenants_cancel.clone())
+        .await
+        .context("cannot load tenants")?;
+
+    let root = CancellationToken::new();
+    let page_service_conf = Arc::new(conf.page_service_conf());
+    let mut page_service: Option<JoinHandle<_>> =
+        Some(tokio::spawn(page_service::page_service_main(
+            page_service_conf,
+            tenants.clone(),
+            pg_listener,
+            root.child_token(),
+        )));
+    let http_state = HttpState { tenants: tenants.clone(), cancel: root.child_token() };
+    let mut http_server: Option<JoinHandle<_>> =
+        Some(tokio::spawn(http::serve(http_listener, http_state)));
+    info!(listen_pg_addr = %pg_addr, listen_http_addr = %http_addr, "pageserver started");
+
+    let mut sigint = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    // Which service ended on its own, if any (it must not be awaited again).
+    let (failure, ps_done, http_done) = tokio::select! {
+        _ = sigint.recv() => { info!("received SIGINT, shutting down"); (None, false, false) }
+        _ = sigterm.recv() => { info!("received SIGTERM, shutting down"); (None, false, false) }
+        r = page_service.as_mut().expect("running") => {
+            (Some(format!("page service stopped on its own: {}", describe_exit(r))), true, false)
+        }
+        r = http_server.as_mut().expect("running") => {
+            (Some(format!("HTTP server stopped on its own: {}", describe_exit(r))), false, true)
+        }
+    };
+    if ps_done {
+        page_service = None;
+    }
+    if http_done {
+        http_server = None;
+    }
+    if let Some(f) = &failure {
+        error!("{f}; shutting down");
+    }
+
+    // A second signal means "now": skip the remaining bounded waits.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+        }
+        warn!("second signal during shutdown, exiting immediately");
+        std::process::exit(1);
+    });
+
+    root.cancel();
+    let limit = conf.shutdown_timeout;
+    if let Some(h) = page_service {
+        wait_bounded("page service connections to close", h, limit).await;
+    }
+    if let Some(h) = http_server {
+        wait_bounded("HTTP requests in flight to finish", h, limit).await;
+    }
+    let n = tenants.list_tenants().len();
+    info!("waiting for {n} tenants to shut down (stop ingest, flush in-memory layers)");
+    let start = Instant::now();
+    match tokio::time::timeout(limit, tenants.shutdown()).await {
+        Ok(()) => info!("tenants shut down in {:.3} s", start.elapsed().as_secs_f64()),
+        Err(_) => warn!("tenants did not shut down within {limit:?}; exiting without waiting"),
+    }
+    tenants_cancel.cancel();
+
+    match failure {
+        Some(f) => Err(anyhow::anyhow!(f)),
+        None => Ok(()),
+    }
+}
+
+fn describe_exit<T: std::fmt::Debug>(r: Result<T, tokio::task::JoinError>) -> String {
+    match r {
+        Ok(v) => format!("returned {v:?}"),
+        Err(e) => format!("task failed: {e}"),
+    }
+}
+
+/// Wait up to `limit` for a service task; log what was waited for and how long.
+async fn wait_bounded<T: std::fmt::Debug>(what: &str, handle: JoinHandle<T>, limit: Duration) {
+    info!("waiting for {what}");
+    let start = Instant::now();
+    let abort = handle.abort_handle();
+    match tokio::time::timeout(limit, handle).await {
+        Ok(r) => info!(
+            "done waiting for {what} after {:.3} s ({})",
+            start.elapsed().as_secs_f64(),
+            describe_exit(r)
+        ),
+        Err(_) => {
+            warn!("{what}: still busy after {limit:?}; abandoning");
+            abort.abort();
+        }
+    }
+}

@@ -1,5 +1,160 @@
-//! (in progress)
+//! PostgreSQL concepts on top of the key-value page store: relations and
+//! their sizes, databases, relmap files, SLRUs, two-phase state, control data.
+//!
+//! Keys follow `pageserver_api::key` (Neon's key space). Values:
+//! - relation block / SLRU block: the 8 KiB page image;
+//! - relation size / SLRU segment size: `u32` LE number of blocks; an empty
+//!   value means "dropped" (the store has no deletes, so a drop is a write);
+//! - directories: see `dirs` (our compact versioned format); an empty value
+//!   at a relation-directory key means the database was dropped;
+//! - relmap file, two-phase file, control file, checkpoint: raw bytes.
+//!
+//! Invariants kept by `DatadirModification` (all changes of one LSN commit
+//! together, with one `finish_write`):
+//! - a relation exists iff it is in its database's `RelDirectory` iff its
+//!   size key holds 4 bytes; likewise for SLRU segments;
+//! - every block below a relation's size has a value written at or after the
+//!   LSN at which the size last grew past it (gaps are zero-filled), so a
+//!   truncated-then-extended relation never shows stale pages;
+//! - sizes cached in `Timeline::datadir_cache` agree with storage (see
+//!   `cache`).
+//!
+//! Reads (`reads`, `keyspace`) never wait for an LSN: the caller
+//! (page service, HTTP) has already waited for it.
 
-/// Placeholder until the datadir module lands (owned by the datadir helper).
-#[derive(Default)]
-pub struct DatadirCache {}
+mod cache;
+mod dirs;
+mod keyspace;
+mod modification;
+mod reads;
+
+#[cfg(test)]
+mod tests;
+
+use bytes::Bytes;
+use pageserver_api::key::Key;
+use pageserver_api::reltag::{RelTag, SlruKind};
+use utils::lsn::Lsn;
+
+use crate::tenant::{GetVectoredError, PageReconstructError, Timeline};
+
+pub use cache::DatadirCache;
+pub use dirs::{DbDirectory, DirDecodeError, RelDirectory, SlruDirectory, TwoPhaseDirectory};
+pub use keyspace::collect_keyspace;
+pub use modification::DatadirModification;
+pub use reads::{
+    get_db_size, get_rel_exists, get_rel_pages_batched, get_rel_size, get_slru_segment, list_dbs,
+    list_rels, list_slru_segments,
+};
+
+/// PostgreSQL block size.
+pub const BLCKSZ: usize = 8192;
+/// Blocks per 1 GiB relation segment file.
+pub const RELSEG_SIZE: u32 = 131_072;
+/// Pages per SLRU segment file.
+pub const SLRU_PAGES_PER_SEGMENT: u32 = 32;
+
+static ZEROES: [u8; BLCKSZ] = [0; BLCKSZ];
+
+/// An all-zero page (what PostgreSQL reads past the end of a relation).
+pub fn zero_page() -> Bytes {
+    Bytes::from_static(&ZEROES)
+}
+
+/// Errors of the PostgreSQL-level reads. Each names what was asked for.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DatadirError {
+    #[error("relation {rel} does not exist at LSN {lsn}")]
+    RelNotFound { rel: RelTag, lsn: Lsn },
+    #[error("SLRU segment {segno:04X} of {} does not exist at LSN {lsn}", kind.dir_name())]
+    SlruSegmentNotFound { kind: SlruKind, segno: u32, lsn: Lsn },
+    #[error("database {spcnode}/{dbnode} does not exist at LSN {lsn}")]
+    DbNotFound { spcnode: u32, dbnode: u32, lsn: Lsn },
+    #[error(transparent)]
+    Reconstruct(#[from] PageReconstructError),
+    #[error(transparent)]
+    GetVectored(#[from] GetVectoredError),
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+}
+
+impl From<DirDecodeError> for DatadirError {
+    fn from(e: DirDecodeError) -> Self {
+        DatadirError::Corrupt(e.to_string())
+    }
+}
+
+impl Timeline {
+    /// Start a set of changes that all happen at `lsn` (above
+    /// `last_record_lsn`); see `DatadirModification`.
+    pub fn begin_modification(&self, lsn: Lsn) -> DatadirModification<'_> {
+        DatadirModification::new(self, lsn)
+    }
+}
+
+/// Encode a relation or SLRU segment size.
+pub(crate) fn encode_size(nblocks: u32) -> Bytes {
+    Bytes::copy_from_slice(&nblocks.to_le_bytes())
+}
+
+/// Decode a size value: `None` for a dropped object (empty value).
+pub(crate) fn decode_size(
+    buf: &[u8],
+    what: impl FnOnce() -> String,
+) -> Result<Option<u32>, DatadirError> {
+    match buf.len() {
+        0 => Ok(None),
+        4 => Ok(Some(u32::from_le_bytes(buf.try_into().unwrap()))),
+        n => {
+            Err(DatadirError::Corrupt(format!("size value of {} is {n} bytes, expected 4", what())))
+        }
+    }
+}
+
+/// A missing key is `None`; other errors stay errors.
+pub(crate) fn optional(
+    r: Result<Bytes, PageReconstructError>,
+) -> Result<Option<Bytes>, PageReconstructError> {
+    match r {
+        Ok(b) => Ok(Some(b)),
+        Err(PageReconstructError::MissingKey { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keys per vectored read when the caller's batch is ours to split. The
+/// storage limit (`max_get_vectored_keys`) may be lower; `get_chunked`
+/// learns it from the first refusal.
+const CHUNK_KEYS: usize = 32;
+
+/// Read any number of (key, LSN) queries in chunks the storage accepts.
+pub(crate) async fn get_chunked(
+    tl: &Timeline,
+    queries: &[(Key, Lsn)],
+) -> Result<Vec<Result<Bytes, PageReconstructError>>, GetVectoredError> {
+    let mut out = Vec::with_capacity(queries.len());
+    let mut chunk = CHUNK_KEYS;
+    let mut rest = queries;
+    while !rest.is_empty() {
+        let n = chunk.min(rest.len());
+        match tl.get_vectored(&rest[..n]).await {
+            Ok(mut r) => {
+                out.append(&mut r);
+                rest = &rest[n..];
+            }
+            Err(GetVectoredError::TooManyKeys { max, .. }) if max >= 1 && max < n => chunk = max,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Read one key; `None` if it has no value at `lsn`.
+pub(crate) async fn get_one(
+    tl: &Timeline,
+    key: Key,
+    lsn: Lsn,
+) -> Result<Option<Bytes>, DatadirError> {
+    let mut r = tl.get_vectored(&[(key, lsn)]).await?;
+    Ok(optional(r.pop().expect("one result per query"))?)
+}

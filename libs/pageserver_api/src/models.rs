@@ -246,7 +246,9 @@ mod tests {
         ]}"#;
         let req: TestingIngestRequest = serde_json::from_str(body).unwrap();
         assert_eq!(req.lsn, Lsn(0x10));
-        assert!(matches!(&req.values[0], TestingIngestValue::Image { image, .. } if image == "00ff"));
+        assert!(
+            matches!(&req.values[0], TestingIngestValue::Image { image, .. } if image == "00ff")
+        );
         assert!(matches!(
             &req.values[1],
             TestingIngestValue::Append { append, will_init: false, .. } if append == "01"

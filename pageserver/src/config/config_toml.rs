@@ -28,10 +28,12 @@ pub struct ConfigToml {
     pub listen_http_addr: String,
     #[serde(with = "humantime_serde")]
     pub wait_lsn_timeout: Duration,
+    #[serde(deserialize_with = "de_size")]
     pub checkpoint_distance: ByteSize,
     #[serde(with = "humantime_serde")]
     pub checkpoint_timeout: Duration,
     pub max_get_vectored_keys: usize,
+    #[serde(deserialize_with = "de_size")]
     pub in_memory_layers_budget: ByteSize,
     pub io_engine: IoEngineKind,
     pub log_format: LogFormat,
@@ -40,6 +42,27 @@ pub struct ConfigToml {
     pub auth_validation_public_key_path: Option<PathBuf>,
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
+}
+
+/// A size: an integer (bytes) or a string with a unit ("256 MiB"). Replaces
+/// bytesize's own deserializer for an error message that shows the expected form.
+fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ByteSize, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bytes(u64),
+        Text(String),
+    }
+    let expected = "a size like \"256 MiB\" or an integer number of bytes";
+    match Raw::deserialize(d)
+        .map_err(|_| serde::de::Error::custom(format!("expected {expected}")))?
+    {
+        Raw::Bytes(n) => Ok(ByteSize::b(n)),
+        Raw::Text(s) => s
+            .trim()
+            .parse::<ByteSize>()
+            .map_err(|e| serde::de::Error::custom(format!("'{s}' is not {expected}: {e}"))),
+    }
 }
 
 fn duration(s: &str) -> Duration {

@@ -6,8 +6,9 @@
 //!
 //! Invariants:
 //! - a `PageServerConf` only exists validated: every value is in range, the
-//!   listen addresses resolve, JWT auth has a readable public key, and the
-//!   page service pipelining fits `max_get_vectored_keys`;
+//!   listen addresses resolve, JWT auth has a parseable public key, and the
+//!   page service pipelining fits `max_get_vectored_keys`
+//!   (`PageServiceConf::validate` runs here, not only when the service starts);
 //! - every `ConfigError` names the key (or the file / override) it is about;
 //! - relative paths in the config are resolved against the workdir.
 
@@ -25,6 +26,7 @@ use io_engine::{IoEngine, IoEngineKind};
 use pageserver_api::config::PageServicePipeliningConfig;
 use serde::Deserialize;
 
+use crate::page_service::PageServiceConf;
 use crate::tenant::StorageConf;
 pub use config_toml::ConfigToml;
 
@@ -113,11 +115,12 @@ impl PageServerConf {
         let workdir = std::path::absolute(workdir)
             .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
 
-        for (key, addr) in [("listen_pg_addr", &t.listen_pg_addr), ("listen_http_addr", &t.listen_http_addr)]
+        for (key, addr) in
+            [("listen_pg_addr", &t.listen_pg_addr), ("listen_http_addr", &t.listen_http_addr)]
         {
-            match addr.to_socket_addrs() {
-                Ok(mut addrs) if addrs.next().is_some() => {}
-                Ok(_) => return Err(key_err(key, format!("'{addr}' resolves to no address"))),
+            match addr.to_socket_addrs().map(|mut addrs| addrs.next().is_some()) {
+                Ok(true) => {}
+                Ok(false) => return Err(key_err(key, format!("'{addr}' resolves to no address"))),
                 Err(e) => {
                     return Err(key_err(key, format!("'{addr}' is not a host:port address: {e}")))
                 }
@@ -180,6 +183,25 @@ impl PageServerConf {
             (AuthType::Trust, None) => {}
         }
 
+        // The page service's own start-up checks, run now so that a bad
+        // combination fails before anything starts. Its messages begin with
+        // the key they are about ("key: ...").
+        let page_service = PageServiceConf {
+            pipelining: t.page_service_pipelining.clone(),
+            auth_type: t.pg_auth_type,
+            auth_validation_public_key_path: auth_validation_public_key_path.clone(),
+        };
+        let split_key = |msg: String, default_key: &str| match msg.split_once(": ") {
+            Some((key, rest)) if !key.contains(' ') => key_err(key, rest),
+            _ => key_err(default_key, msg),
+        };
+        page_service
+            .validate(t.max_get_vectored_keys)
+            .map_err(|msg| split_key(msg, "page_service_pipelining"))?;
+        page_service
+            .load_auth()
+            .map_err(|e| key_err("auth_validation_public_key_path", format!("{e:#}")))?;
+
         let io_engine = IoEngine::new(t.io_engine).map_err(|e| {
             key_err("io_engine", format!("cannot start engine {:?}: {e}", t.io_engine))
         })?;
@@ -217,6 +239,15 @@ impl PageServerConf {
             max_get_vectored_keys: self.max_get_vectored_keys,
             in_memory_layers_budget: self.in_memory_layers_budget,
             io_engine: self.io_engine.clone(),
+        }
+    }
+
+    /// The settings of the page service.
+    pub fn page_service_conf(&self) -> PageServiceConf {
+        PageServiceConf {
+            pipelining: self.page_service_pipelining.clone(),
+            auth_type: self.pg_auth_type,
+            auth_validation_public_key_path: self.auth_validation_public_key_path.clone(),
         }
     }
 

@@ -20,7 +20,10 @@ fn load(overrides: &[&str]) -> Result<PageServerConf, ConfigError> {
 /// The error message for `overrides`; asserts it names `key`.
 fn err_naming(overrides: &[&str], key: &str) -> String {
     let err = load(overrides).expect_err("config must be rejected").to_string();
-    assert!(err.contains(&format!("`{key}`")), "error for {overrides:?} does not name {key}: {err}");
+    assert!(
+        err.contains(&format!("`{key}`")),
+        "error for {overrides:?} does not name {key}: {err}"
+    );
     err
 }
 
@@ -142,7 +145,9 @@ fn every_error_names_its_key() {
     err_naming(&["listen_http_addr=9898"], "listen_http_addr");
     err_naming(&["wait_lsn_timeout=\"soon\""], "wait_lsn_timeout");
     err_naming(&["wait_lsn_timeout=\"0s\""], "wait_lsn_timeout");
-    err_naming(&["checkpoint_distance=\"lots\""], "checkpoint_distance");
+    let msg = err_naming(&["checkpoint_distance=\"lots\""], "checkpoint_distance");
+    assert!(msg.contains("256 MiB"), "{msg}");
+    err_naming(&["checkpoint_distance=-5"], "checkpoint_distance");
     err_naming(&["checkpoint_distance=0"], "checkpoint_distance");
     err_naming(&["checkpoint_timeout=5"], "checkpoint_timeout");
     err_naming(&["max_get_vectored_keys=0"], "max_get_vectored_keys");
@@ -156,10 +161,6 @@ fn every_error_names_its_key() {
     err_naming(&[r#"page_service_pipelining={mode="eager"}"#], "page_service_pipelining");
     err_naming(
         &[r#"page_service_pipelining={mode="pipelined", max_batch_size=0, execution="tasks"}"#],
-        "page_service_pipelining",
-    );
-    err_naming(
-        &[r#"page_service_pipelining={mode="serial", max_batch_size=4}"#],
         "page_service_pipelining",
     );
     let msg = err_naming(
@@ -203,16 +204,71 @@ fn file_errors() {
     assert!(err.to_string().contains("key=value"), "{err}");
 }
 
+/// An Ed25519 public key (generated for these tests; its private half is unused).
+const TEST_PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAFj3yQE2ra28uJFvK4DwM41EHNgA8o1EWLrwkFPbW7og=
+-----END PUBLIC KEY-----
+";
+
 #[test]
 fn jwt_key_path_is_relative_to_workdir() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("auth_public_key.pem"), "key").unwrap();
+    std::fs::write(dir.path().join("auth_public_key.pem"), TEST_PUBLIC_KEY).unwrap();
     let conf = PageServerConf::load(
         dir.path(),
         None,
-        &["pg_auth_type=\"jwt\"".to_string(), "auth_validation_public_key_path=\"auth_public_key.pem\"".to_string()],
+        &[
+            "pg_auth_type=\"jwt\"".to_string(),
+            "auth_validation_public_key_path=\"auth_public_key.pem\"".to_string(),
+        ],
     )
     .unwrap();
     assert_eq!(conf.pg_auth_type, AuthType::Jwt);
     assert_eq!(conf.auth_validation_public_key_path, Some(dir.path().join("auth_public_key.pem")));
+}
+
+#[test]
+fn sample_config_file_is_exactly_the_defaults() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/pageserver.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let table = ConfigToml::parse_document("pageserver.toml", &text).unwrap();
+    // Every key but the one without a default is written out.
+    let mut keys: Vec<&str> = table.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "checkpoint_distance",
+            "checkpoint_timeout",
+            "in_memory_layers_budget",
+            "io_engine",
+            "listen_http_addr",
+            "listen_pg_addr",
+            "log_format",
+            "max_get_vectored_keys",
+            "page_service_pipelining",
+            "pg_auth_type",
+            "shutdown_timeout",
+            "wait_lsn_timeout",
+        ]
+    );
+    assert!(text.contains("# auth_validation_public_key_path = "));
+    assert_eq!(ConfigToml::from_table(table).unwrap(), ConfigToml::default());
+}
+
+#[test]
+fn unparseable_jwt_key_names_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.pem"), "not a key").unwrap();
+    let err = PageServerConf::load(
+        dir.path(),
+        None,
+        &[
+            "pg_auth_type=\"jwt\"".to_string(),
+            "auth_validation_public_key_path=\"bad.pem\"".to_string(),
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("`auth_validation_public_key_path`"), "{err}");
 }

@@ -9,7 +9,8 @@
 //! - once the daemon's cancellation token fires, the server stops accepting
 //!   connections and every new request except `/metrics` gets a 503; requests
 //!   already running finish (the caller bounds how long it waits for them);
-//! - every request is timed into `metrics::http` under its route template.
+//! - every request is timed into `metrics::http` under its route template;
+//!   requests other than GET are logged at INFO with status and duration.
 
 mod error;
 mod extract;
@@ -32,6 +33,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use pageserver_api::models::StatusResponse;
 use tokio_util::sync::CancellationToken;
+use tracing::info;
 
 pub use error::ApiError;
 
@@ -85,10 +87,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/tenant/{tenant_id}/timeline", post(timelines::create).get(timelines::list))
         .route(TL, get(timelines::get).delete(timelines::delete))
         .route(&format!("{TL}/keyspace"), get(timelines::keyspace))
-        .route(
-            &format!("{TL}/import_basebackup"),
-            axum::routing::put(timelines::import_basebackup),
-        )
+        .route(&format!("{TL}/import_basebackup"), axum::routing::put(timelines::import_basebackup))
         .route(
             &format!("{TL}/checkpoint"),
             axum::routing::put(timelines::checkpoint).post(timelines::checkpoint),
@@ -122,24 +121,29 @@ async fn guard_and_measure(State(state): State<HttpState>, req: Request, next: N
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| metrics::http::UNMATCHED_ROUTE.to_string());
     let method = req.method().clone();
+    let path = req.uri().path().to_string();
     let start = Instant::now();
     let response = if state.cancel.is_cancelled() && route != "/metrics" {
         ApiError::ShuttingDown.into_response()
     } else {
         next.run(req).await
     };
-    metrics::http::record_request(
-        method.as_str(),
-        &route,
-        response.status().as_u16(),
-        start.elapsed(),
-    );
+    let elapsed = start.elapsed();
+    let status = response.status().as_u16();
+    metrics::http::record_request(method.as_str(), &route, status, elapsed);
+    // Requests that change state are worth a line each; reads and scrapes are not.
+    if method != Method::GET {
+        info!(%method, %path, status, elapsed_ms = elapsed.as_millis() as u64, "HTTP request");
+    }
     response
 }
 
 /// `GET /v1/status`.
 async fn status() -> Json<StatusResponse> {
-    Json(StatusResponse { status: "ok".to_string(), version: env!("CARGO_PKG_VERSION").to_string() })
+    Json(StatusResponse {
+        status: "ok".to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
 }
 
 /// `GET /metrics`: the default Prometheus registry in text format.

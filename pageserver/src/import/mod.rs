@@ -1,1 +1,63 @@
-//! (in progress)
+//! Base-backup import: a `pg_basebackup -Ft -X none` tar (PostgreSQL 15, 16,
+//! 17) streamed into a new timeline.
+//!
+//! Guarantees:
+//! - the body is streamed (`tar_reader`), never held whole in memory; page
+//!   values go to the timeline in bounded batches;
+//! - everything is written at one LSN, the backup's start LSN (see
+//!   `basebackup` and docs/import.md), inside a timeline created with
+//!   `Tenant::begin_timeline_creation`: it becomes visible only when
+//!   `UninitializedTimeline::finish` has made it durable, and a failed,
+//!   abandoned or killed import leaves nothing behind and can be retried;
+//! - a malformed tar is `ImportError::BadTar` naming the entry and what was
+//!   wrong with it.
+
+mod basebackup;
+pub mod pg_files;
+mod spill;
+pub mod tar_reader;
+
+pub use basebackup::import_basebackup;
+
+use crate::tenant::TenantError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The tar is malformed, truncated, or not a supported base backup (400).
+    #[error("bad base backup tar: {0}")]
+    BadTar(String),
+    /// The timeline exists already (409).
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    #[error(transparent)]
+    Tenant(TenantError),
+    /// Anything else: IO, storage (500).
+    #[error("{0:#}")]
+    Other(anyhow::Error),
+}
+
+impl From<TenantError> for ImportError {
+    fn from(e: TenantError) -> Self {
+        match e {
+            TenantError::AlreadyExists(what) => ImportError::AlreadyExists(what),
+            e => ImportError::Tenant(e),
+        }
+    }
+}
+
+impl From<tar_reader::TarError> for ImportError {
+    fn from(e: tar_reader::TarError) -> Self {
+        match e {
+            tar_reader::TarError::Malformed(m) => ImportError::BadTar(m),
+            tar_reader::TarError::Io(e) => {
+                ImportError::Other(anyhow::Error::new(e).context("reading the base backup stream"))
+            }
+        }
+    }
+}
+
+impl From<anyhow::Error> for ImportError {
+    fn from(e: anyhow::Error) -> Self {
+        ImportError::Other(e)
+    }
+}

@@ -55,7 +55,8 @@ pub fn encode_text() -> anyhow::Result<String> {
 mod tests {
     #[test]
     fn buckets_are_sorted() {
-        for b in [super::LATENCY_SECONDS_BUCKETS, super::SLOW_SECONDS_BUCKETS, super::BATCH_SIZE_BUCKETS]
+        for b in
+            [super::LATENCY_SECONDS_BUCKETS, super::SLOW_SECONDS_BUCKETS, super::BATCH_SIZE_BUCKETS]
         {
             assert!(b.windows(2).all(|w| w[0] < w[1]));
         }
@@ -72,5 +73,31 @@ mod tests {
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing from:\n{text}");
         }
+    }
+
+    /// Metric names in the first column of the tables of `docs/metrics.md`.
+    fn documented_metrics() -> Vec<String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let mut names = Vec::new();
+        for line in doc.lines().filter(|l| l.starts_with("| `")) {
+            let first_cell = line.split('|').nth(1).unwrap();
+            names.extend(first_cell.split('`').skip(1).step_by(2).map(str::to_string));
+        }
+        names
+    }
+
+    /// `docs/metrics.md` and the registry list the same metrics.
+    #[test]
+    fn docs_list_every_registered_metric() {
+        super::register_all();
+        let registered: std::collections::BTreeSet<String> =
+            prometheus::gather().iter().map(|f| f.get_name().to_string()).collect();
+        let documented: std::collections::BTreeSet<String> =
+            documented_metrics().into_iter().collect();
+        let undocumented: Vec<_> = registered.difference(&documented).collect();
+        let missing: Vec<_> = documented.difference(&registered).collect();
+        assert!(undocumented.is_empty(), "registered but not in docs/metrics.md: {undocumented:?}");
+        assert!(missing.is_empty(), "in docs/metrics.md but not registered: {missing:?}");
     }
 }

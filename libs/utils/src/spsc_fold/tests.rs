@@ -103,7 +103,7 @@ fn refused_fold_waits_until_pending_is_taken() {
     assert_eq!(rx.try_recv(), Some(60));
     assert_eq!(wakes(&tx_wakes), 1, "taking the pending value wakes the refused sender");
     assert_eq!(poll_with(second.as_mut(), &tx_waker), Poll::Ready(Ok(())));
-    drop(second);
+
     assert_eq!(calls.get(), 1, "a refused item is offered to try_fold exactly once");
     assert_eq!(rx.try_recv(), Some(50));
 }
@@ -257,7 +257,7 @@ fn sender_wakeup_goes_to_latest_waker() {
     assert_eq!(wakes(&b_wakes), 1, "the latest waker must be woken");
     assert_eq!(wakes(&a_wakes), 0);
     assert_eq!(poll_with(s.as_mut(), &b), Poll::Ready(Ok(())));
-    drop(s);
+
     assert_eq!(rx.try_recv(), Some(5));
 }
 
@@ -306,7 +306,7 @@ async fn concurrent_stress_preserves_order_and_bound() {
             })
             .await
             .unwrap();
-            if i % 1024 == 0 {
+            if i.is_multiple_of(1024) {
                 tokio::task::yield_now().await;
             }
         }
@@ -321,7 +321,7 @@ async fn concurrent_stress_preserves_order_and_bound() {
                 next += 1;
             }
             batches += 1;
-            if batches % 512 == 0 {
+            if batches.is_multiple_of(512) {
                 tokio::task::yield_now().await;
             }
         }

@@ -1,0 +1,448 @@
+//! `import_basebackup`: the import driver.
+//!
+//! Two phases:
+//! 1. Read entries until the backup LSN (`backup_label`: `START WAL
+//!    LOCATION`) and the major version (`PG_VERSION`) are known. Data
+//!    entries seen before that go to a spill file (`spill`); with
+//!    `pg_basebackup` tars `backup_label` is the first entry and `PG_VERSION`
+//!    usually comes before `base/`, so the spill is usually empty.
+//! 2. Create the timeline with `begin_timeline_creation(initial_lsn =
+//!    backup LSN - 1)` — the timeline writer accepts only LSNs above
+//!    `last_record_lsn`, which starts at `initial_lsn` — replay the spill,
+//!    import the remaining entries through one `DatadirModification` at the
+//!    backup LSN (it writes in bounded batches), add `pg_control` and the
+//!    checkpoint from it, commit (one `finish_write`), then `finish()` the
+//!    timeline: flushed, fsynced, renamed into place, published.
+//!
+//! Choice of LSN: the backup's start LSN (the redo point of its checkpoint;
+//! without `backup_label`, the redo point in `pg_control`). With `-X none`
+//! the files are a fuzzy copy taken between start and end; the end LSN is not
+//! in the tar. Importing at the start LSN lets a WAL stream that starts there
+//! replay the backup window over the imported pages (every WAL record ends
+//! above it), while reading at the timeline's `last_record_lsn` serves
+//! exactly the backup's files. Reads at `initial_lsn` find no data.
+//!
+//! Any error drops the `UninitializedTimeline`, which removes its directory.
+
+use std::collections::HashSet;
+use std::io;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures::Stream;
+use tracing::{debug, info};
+use utils::id::TimelineId;
+use utils::lsn::Lsn;
+
+use super::pg_files::{
+    classify, parse_backup_label, parse_control, parse_pg_version, BackupLabel, PgFile,
+    SUPPORTED_VERSIONS,
+};
+use super::spill::{SpillReader, SpillWriter};
+use super::tar_reader::{Entry, EntryKind, TarReader};
+use super::ImportError;
+use crate::pgdatadir_mapping::{DatadirModification, BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};
+use crate::tenant::{Tenant, TenantError, Timeline};
+
+/// Largest `backup_label`, `PG_VERSION`, `pg_control` or two-phase file read
+/// into memory.
+const SMALL_FILE_LIMIT: u64 = 8 * 1024 * 1024;
+/// `RELMAPPER_FILESIZE` in PostgreSQL 15..17.
+const RELMAP_FILE_SIZE: u64 = 512;
+/// Chunk size when copying entries to the spill file.
+const SPILL_CHUNK: usize = 256 * 1024;
+
+/// What the import learned from the small files.
+#[derive(Default)]
+struct Preamble {
+    label: Option<BackupLabel>,
+    version: Option<u32>,
+    control: Option<Bytes>,
+    spill: Option<SpillWriter>,
+    /// Paths of file entries seen so far (duplicates are an error).
+    seen: HashSet<String>,
+}
+
+impl Preamble {
+    fn ready(&self) -> bool {
+        self.label.is_some() && self.version.is_some()
+    }
+
+    /// The import LSN and the major version.
+    fn decide(&self) -> Result<(Lsn, u32), ImportError> {
+        let version = self.version.ok_or_else(|| {
+            ImportError::BadTar("no PG_VERSION file: not a PostgreSQL base backup".into())
+        })?;
+        if !SUPPORTED_VERSIONS.contains(&version) {
+            return Err(ImportError::BadTar(format!(
+                "PostgreSQL {version} is not supported (supported: {SUPPORTED_VERSIONS:?})"
+            )));
+        }
+        let lsn = match (&self.label, &self.control) {
+            (Some(l), _) => l.start_lsn,
+            (None, Some(c)) => {
+                parse_control(c)
+                    .map_err(|e| ImportError::BadTar(format!("global/pg_control: {e}")))?
+                    .redo
+            }
+            (None, None) => return Err(ImportError::BadTar(
+                "neither backup_label nor global/pg_control found: truncated, or not a base backup"
+                    .into(),
+            )),
+        };
+        if lsn.0 < 2 {
+            return Err(ImportError::BadTar(format!(
+                "backup LSN {lsn} is not a valid WAL position"
+            )));
+        }
+        Ok((lsn, version))
+    }
+
+    fn check_duplicate(&mut self, entry: &Entry) -> Result<(), ImportError> {
+        if matches!(entry.kind, EntryKind::File) && !self.seen.insert(entry.path.clone()) {
+            return Err(ImportError::BadTar(format!(
+                "entry '{}' at offset {} appears twice in the tar",
+                entry.path, entry.offset
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// How the importer sees an entry.
+fn classify_entry(entry: &Entry) -> PgFile {
+    match &entry.kind {
+        EntryKind::File => classify(&entry.path, false),
+        EntryKind::Dir => classify(&entry.path, true),
+        EntryKind::Symlink(target) => {
+            debug!(
+                "skipping symlink {} -> {target} (tablespace contents come in their own tar)",
+                entry.path
+            );
+            PgFile::Other
+        }
+        EntryKind::HardLink(_) | EntryKind::Other(_) => PgFile::Other,
+    }
+}
+
+/// Where the data of the entry being imported comes from.
+enum Source<'r, S> {
+    Tar(&'r mut TarReader<S>),
+    Spill(&'r mut SpillReader),
+}
+
+impl<S> Source<'_, S>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
+{
+    /// Exactly `n` bytes of the current entry (the caller knows its size).
+    async fn read_exact(&mut self, n: usize, path: &str) -> Result<Bytes, ImportError> {
+        let b = match self {
+            Source::Tar(t) => t.read_data(n).await?,
+            Source::Spill(s) => s.read_data(n).await.context("read the import spill file")?,
+        };
+        if b.len() != n {
+            return Err(ImportError::BadTar(format!("entry '{path}' ends early")));
+        }
+        Ok(b)
+    }
+}
+
+async fn read_small<S>(
+    tar: &mut TarReader<S>,
+    entry: &Entry,
+    limit: u64,
+) -> Result<Bytes, ImportError>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
+{
+    if entry.size > limit {
+        return Err(ImportError::BadTar(format!(
+            "'{}' is {} bytes, more than the {limit} expected",
+            entry.path, entry.size
+        )));
+    }
+    Ok(Source::Tar(tar).read_exact(entry.size as usize, &entry.path).await?)
+}
+
+fn utf8(entry: &Entry, b: &[u8]) -> Result<String, ImportError> {
+    String::from_utf8(b.to_vec())
+        .map_err(|_| ImportError::BadTar(format!("'{}' is not UTF-8 text", entry.path)))
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    rel_files: u64,
+    rel_pages: u64,
+    slru_pages: u64,
+    skipped: u64,
+}
+
+/// Streams a `pg_basebackup -Ft -X none` tar (PG 15/16/17) into a new
+/// timeline; returns once the timeline is durable and published.
+pub async fn import_basebackup<S>(
+    tenant: Arc<Tenant>,
+    timeline_id: TimelineId,
+    body: S,
+) -> Result<Arc<Timeline>, ImportError>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+{
+    let started = Instant::now();
+    if tenant.get_timeline(timeline_id).is_ok() {
+        return Err(ImportError::AlreadyExists(format!("timeline {}/{timeline_id}", tenant.id())));
+    }
+    let mut tar = TarReader::new(body);
+    let mut pre = Preamble::default();
+    let mut stats = Stats::default();
+
+    // Phase 1: until the LSN and the version are known.
+    let mut ended = false;
+    while !pre.ready() {
+        let Some(entry) = tar.next_entry().await? else {
+            ended = true;
+            break;
+        };
+        pre.check_duplicate(&entry)?;
+        match classify_entry(&entry) {
+            PgFile::BackupLabel => {
+                let text = utf8(&entry, &read_small(&mut tar, &entry, SMALL_FILE_LIMIT).await?)?;
+                let label = parse_backup_label(&text)
+                    .map_err(|e| ImportError::BadTar(format!("backup_label: {e}")))?;
+                pre.label = Some(label);
+            }
+            PgFile::PgVersion => {
+                let text = utf8(&entry, &read_small(&mut tar, &entry, 64).await?)?;
+                pre.version = Some(parse_pg_version(&text).map_err(ImportError::BadTar)?);
+            }
+            PgFile::Control => {
+                pre.control = Some(read_small(&mut tar, &entry, SMALL_FILE_LIMIT).await?)
+            }
+            PgFile::Other => {
+                debug!("skipping {}", entry.path);
+                stats.skipped += 1;
+            }
+            _ => {
+                if pre.spill.is_none() {
+                    let spill = SpillWriter::create(&std::env::temp_dir())
+                        .await
+                        .context("create the import spill file")?;
+                    pre.spill = Some(spill);
+                }
+                let spill = pre.spill.as_mut().unwrap();
+                spill
+                    .begin_entry(&entry.path, entry.kind == EntryKind::Dir, entry.size)
+                    .await
+                    .context("spill")?;
+                loop {
+                    let chunk = tar.read_data(SPILL_CHUNK).await?;
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    spill.write_data(&chunk).await.context("spill")?;
+                }
+            }
+        }
+    }
+    let (lsn, pg_version) = pre.decide()?;
+    if let Some(s) = &pre.spill {
+        info!(
+            "{} entries ({} bytes) arrived before backup_label and PG_VERSION; spilled them",
+            s.entries, s.bytes
+        );
+    }
+
+    // Phase 2: the timeline.
+    let initial_lsn = Lsn(lsn.0 - 1);
+    let uninit = tenant.begin_timeline_creation(timeline_id, initial_lsn, pg_version).await?;
+    let tl = uninit.timeline().clone();
+    import_into(&tl, lsn, &mut pre, &mut tar, ended, &mut stats).await?;
+    drop(tl);
+    let tl = uninit.finish().await?;
+    info!(
+        "imported base backup into timeline {}/{timeline_id} at {lsn} (PostgreSQL {pg_version}): \
+         {} relation files, {} relation pages, {} SLRU pages, {} entries skipped, {} tar bytes in {:.1?}",
+        tenant.id(),
+        stats.rel_files,
+        stats.rel_pages,
+        stats.slru_pages,
+        stats.skipped,
+        tar.offset(),
+        started.elapsed()
+    );
+    Ok(tl)
+}
+
+/// Phase 2: everything into one modification at `lsn`, then commit.
+async fn import_into<S>(
+    tl: &Timeline,
+    lsn: Lsn,
+    pre: &mut Preamble,
+    tar: &mut TarReader<S>,
+    ended: bool,
+    stats: &mut Stats,
+) -> Result<(), ImportError>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+{
+    let mut m = tl.begin_modification(lsn);
+    m.init_empty().await?;
+
+    if let Some(spill) = pre.spill.take() {
+        let mut reader = spill.into_reader().await.context("rewind the import spill file")?;
+        while let Some(e) = reader.next_entry().await.context("read the import spill file")? {
+            let class = classify(&e.path, e.is_dir);
+            import_entry::<S>(
+                &mut m,
+                &e.path,
+                class,
+                e.size,
+                &mut Source::Spill(&mut reader),
+                stats,
+            )
+            .await?;
+        }
+    }
+
+    if !ended {
+        while let Some(entry) = tar.next_entry().await? {
+            if tl.cancel.is_cancelled() {
+                return Err(ImportError::Tenant(TenantError::ShuttingDown));
+            }
+            pre.check_duplicate(&entry)?;
+            match classify_entry(&entry) {
+                PgFile::Control => {
+                    pre.control = Some(read_small(tar, &entry, SMALL_FILE_LIMIT).await?)
+                }
+                PgFile::BackupLabel | PgFile::PgVersion => {
+                    unreachable!("duplicates are rejected above")
+                }
+                PgFile::Other => {
+                    debug!("skipping {}", entry.path);
+                    stats.skipped += 1;
+                }
+                class => {
+                    let (path, size) = (entry.path.clone(), entry.size);
+                    import_entry(&mut m, &path, class, size, &mut Source::Tar(tar), stats).await?;
+                }
+            }
+        }
+    }
+
+    let control = pre.control.take().ok_or_else(|| {
+        ImportError::BadTar(
+            "no global/pg_control in the tar: it is truncated or not a base backup".into(),
+        )
+    })?;
+    let cd = parse_control(&control)
+        .map_err(|e| ImportError::BadTar(format!("global/pg_control: {e}")))?;
+    let version = pre.version.expect("decided");
+    if let Some(major) = cd.major_version() {
+        if major != version {
+            return Err(ImportError::BadTar(format!(
+                "PG_VERSION says {version} but global/pg_control was written by PostgreSQL {major} \
+                 (catalog version {})",
+                cd.catalog_version_no
+            )));
+        }
+    }
+    info!(
+        "pg_control: system {} checkpoint {} redo {} timeline {}; importing at {lsn}",
+        cd.system_identifier, cd.checkpoint, cd.redo, cd.timeline
+    );
+    m.put_control_file(control);
+    m.put_checkpoint(Bytes::from(cd.checkpoint_copy));
+    m.commit().await.with_context(|| format!("commit the import at {lsn}"))?;
+    Ok(())
+}
+
+/// Import one data entry (relation file, SLRU segment, relmap, two-phase
+/// file, database directory).
+async fn import_entry<S>(
+    m: &mut DatadirModification<'_>,
+    path: &str,
+    class: PgFile,
+    size: u64,
+    src: &mut Source<'_, S>,
+    stats: &mut Stats,
+) -> Result<(), ImportError>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
+{
+    let blocks = |what: &str| -> Result<u32, ImportError> {
+        if size % BLCKSZ as u64 != 0 {
+            return Err(ImportError::BadTar(format!(
+                "{what} '{path}' is {size} bytes, not a multiple of the {BLCKSZ}-byte page size"
+            )));
+        }
+        Ok((size / BLCKSZ as u64).min(u32::MAX as u64) as u32)
+    };
+    match class {
+        PgFile::DbDir { spc, db } => m.put_db_dir_creation(spc, db).await?,
+        PgFile::Relmap { spc, db } => {
+            if size != RELMAP_FILE_SIZE {
+                return Err(ImportError::BadTar(format!(
+                    "relmap file '{path}' is {size} bytes, expected {RELMAP_FILE_SIZE}"
+                )));
+            }
+            let img = src.read_exact(size as usize, path).await?;
+            m.put_relmap_file(spc, db, img).await?;
+        }
+        PgFile::Rel { rel, segno } => {
+            let n = blocks("relation file")?;
+            if n > RELSEG_SIZE {
+                return Err(ImportError::BadTar(format!(
+                    "relation file '{path}' has {n} pages, more than a 1 GiB segment ({RELSEG_SIZE})"
+                )));
+            }
+            let first = segno
+                .checked_mul(RELSEG_SIZE)
+                .filter(|f| f.checked_add(n).is_some_and(|end| end < u32::MAX))
+                .ok_or_else(|| {
+                    ImportError::BadTar(format!(
+                        "relation file '{path}': segment number {segno} too large"
+                    ))
+                })?;
+            if m.rel_size(rel).await?.is_none() {
+                m.put_rel_creation(rel, 0).await?;
+            }
+            for i in 0..n {
+                let page = src.read_exact(BLCKSZ, path).await?;
+                m.put_rel_page_image(rel, first + i, page).await?;
+            }
+            // An empty segment N still means the relation spans N segments.
+            m.put_rel_extend(rel, first + n).await?;
+            stats.rel_files += 1;
+            stats.rel_pages += n as u64;
+        }
+        PgFile::Slru { kind, segno } => {
+            let n = blocks("SLRU segment")?;
+            if n > SLRU_PAGES_PER_SEGMENT {
+                return Err(ImportError::BadTar(format!(
+                    "SLRU segment '{path}' has {n} pages, more than {SLRU_PAGES_PER_SEGMENT}"
+                )));
+            }
+            m.put_slru_segment_creation(kind, segno, n).await?;
+            for blk in 0..n {
+                let page = src.read_exact(BLCKSZ, path).await?;
+                m.put_slru_page_image(kind, segno, blk, page).await?;
+            }
+            stats.slru_pages += n as u64;
+        }
+        PgFile::TwoPhase { xid } => {
+            if size > SMALL_FILE_LIMIT {
+                return Err(ImportError::BadTar(format!(
+                    "two-phase file '{path}' is {size} bytes, too large"
+                )));
+            }
+            let img = src.read_exact(size as usize, path).await?;
+            m.put_twophase_file(xid, img).await?;
+        }
+        PgFile::BackupLabel | PgFile::PgVersion | PgFile::Control | PgFile::Other => {
+            unreachable!("not a data entry: {path}")
+        }
+    }
+    Ok(())
+}

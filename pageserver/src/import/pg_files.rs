@@ -1,0 +1,380 @@
+//! What a path in a PostgreSQL data directory is, and parsers for the small
+//! files the import reads: `backup_label`, `PG_VERSION`, `global/pg_control`.
+//!
+//! Paths understood (relative to the data directory):
+//! - `global/<relfile>` (tablespace 1664, database 0), `base/<db>/<relfile>`
+//!   (1663), `pg_tblspc/<spc>/<PG_ver_catver>/<db>/<relfile>` (other
+//!   tablespaces, when their contents are in the tar); `<relfile>` is
+//!   `<relfilenode>[_fsm|_vm|_init][.<segno>]`;
+//! - `global/pg_filenode.map`, `<db dir>/pg_filenode.map`: relmap files;
+//! - `pg_xact/`, `pg_multixact/offsets/`, `pg_multixact/members/`: SLRU
+//!   segments named by hex segment number; `pg_twophase/<hex xid>`;
+//! - `backup_label`, `PG_VERSION`, `global/pg_control`.
+//!
+//! Everything else (configuration, statistics, temp relations `t<n>_<rel>`,
+//! `pg_internal.init`, ...) is `Other` and skipped by the importer.
+
+use pageserver_api::reltag::{
+    RelTag, SlruKind, DEFAULTTABLESPACE_OID, FSM_FORKNUM, GLOBALTABLESPACE_OID, INIT_FORKNUM,
+    MAIN_FORKNUM, VISIBILITYMAP_FORKNUM,
+};
+use utils::lsn::Lsn;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgFile {
+    BackupLabel,
+    PgVersion,
+    Control,
+    /// A database directory (or the `global` directory: 1664/0).
+    DbDir {
+        spc: u32,
+        db: u32,
+    },
+    Relmap {
+        spc: u32,
+        db: u32,
+    },
+    Rel {
+        rel: RelTag,
+        segno: u32,
+    },
+    Slru {
+        kind: SlruKind,
+        segno: u32,
+    },
+    TwoPhase {
+        xid: u32,
+    },
+    Other,
+}
+
+fn parse_oid(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0'))
+    {
+        return None;
+    }
+    s.parse::<u32>().ok().filter(|&v| v != 0)
+}
+
+/// `<relfilenode>[_fsm|_vm|_init][.<segno>]` -> (relnode, fork, segno).
+pub fn parse_relfile_name(name: &str) -> Option<(u32, u8, u32)> {
+    let (base, segno) = match name.split_once('.') {
+        Some((b, s)) => {
+            if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            (b, s.parse::<u32>().ok()?)
+        }
+        None => (name, 0),
+    };
+    let (rel, fork) = match base.split_once('_') {
+        Some((r, "fsm")) => (r, FSM_FORKNUM),
+        Some((r, "vm")) => (r, VISIBILITYMAP_FORKNUM),
+        Some((r, "init")) => (r, INIT_FORKNUM),
+        Some(_) => return None,
+        None => (base, MAIN_FORKNUM),
+    };
+    Some((parse_oid(rel)?, fork, segno))
+}
+
+/// An SLRU segment or two-phase file name: upper-case hex, 4 to 16 digits.
+fn parse_hex_name(name: &str) -> Option<u64> {
+    if !(4..=16).contains(&name.len())
+        || !name.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+    {
+        return None;
+    }
+    u64::from_str_radix(name, 16).ok()
+}
+
+/// Files inside a database directory of tablespace `spc`.
+fn in_db_dir(spc: u32, db: u32, name: &str) -> PgFile {
+    if name == "pg_filenode.map" {
+        return PgFile::Relmap { spc, db };
+    }
+    match parse_relfile_name(name) {
+        Some((relnode, fork, segno)) => {
+            PgFile::Rel { rel: RelTag::new(spc, db, relnode, fork), segno }
+        }
+        None => PgFile::Other,
+    }
+}
+
+pub fn classify(path: &str, is_dir: bool) -> PgFile {
+    let parts: Vec<&str> = path.split('/').collect();
+    if is_dir {
+        return match parts.as_slice() {
+            ["global"] => PgFile::DbDir { spc: GLOBALTABLESPACE_OID, db: 0 },
+            ["base", db] => parse_oid(db)
+                .map_or(PgFile::Other, |db| PgFile::DbDir { spc: DEFAULTTABLESPACE_OID, db }),
+            ["pg_tblspc", spc, ver, db] if ver.starts_with("PG_") => {
+                match (parse_oid(spc), parse_oid(db)) {
+                    (Some(spc), Some(db)) => PgFile::DbDir { spc, db },
+                    _ => PgFile::Other,
+                }
+            }
+            _ => PgFile::Other,
+        };
+    }
+    match parts.as_slice() {
+        ["backup_label"] => PgFile::BackupLabel,
+        ["PG_VERSION"] => PgFile::PgVersion,
+        ["global", "pg_control"] => PgFile::Control,
+        ["global", name] => in_db_dir(GLOBALTABLESPACE_OID, 0, name),
+        ["base", db, name] => match parse_oid(db) {
+            Some(db) => in_db_dir(DEFAULTTABLESPACE_OID, db, name),
+            None => PgFile::Other,
+        },
+        ["pg_tblspc", spc, ver, db, name] if ver.starts_with("PG_") => {
+            match (parse_oid(spc), parse_oid(db)) {
+                (Some(spc), Some(db)) => in_db_dir(spc, db, name),
+                _ => PgFile::Other,
+            }
+        }
+        ["pg_xact", seg] => slru(SlruKind::Clog, seg),
+        ["pg_multixact", "offsets", seg] => slru(SlruKind::MultiXactOffsets, seg),
+        ["pg_multixact", "members", seg] => slru(SlruKind::MultiXactMembers, seg),
+        ["pg_twophase", name] => match parse_hex_name(name) {
+            // PG17 names carry the epoch in the high 32 bits; the key holds the xid.
+            Some(full) if name.len() == 8 || name.len() == 16 => {
+                PgFile::TwoPhase { xid: full as u32 }
+            }
+            _ => PgFile::Other,
+        },
+        _ => PgFile::Other,
+    }
+}
+
+fn slru(kind: SlruKind, name: &str) -> PgFile {
+    match parse_hex_name(name).and_then(|v| u32::try_from(v).ok()) {
+        Some(segno) => PgFile::Slru { kind, segno },
+        None => PgFile::Other,
+    }
+}
+
+/// What the import needs from `backup_label`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupLabel {
+    /// `START WAL LOCATION`: the redo point of the backup's checkpoint.
+    pub start_lsn: Lsn,
+    /// `CHECKPOINT LOCATION`.
+    pub checkpoint_lsn: Option<Lsn>,
+    pub timeline: Option<u32>,
+}
+
+pub fn parse_backup_label(text: &str) -> Result<BackupLabel, String> {
+    let mut start = None;
+    let mut checkpoint = None;
+    let mut timeline = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else { continue };
+        let first_word = || v.split_whitespace().next().unwrap_or("");
+        match k.trim() {
+            "START WAL LOCATION" => {
+                start = Some(
+                    first_word().parse::<Lsn>().map_err(|e| format!("START WAL LOCATION: {e}"))?,
+                )
+            }
+            "CHECKPOINT LOCATION" => {
+                checkpoint = Some(
+                    first_word().parse::<Lsn>().map_err(|e| format!("CHECKPOINT LOCATION: {e}"))?,
+                )
+            }
+            "START TIMELINE" => timeline = first_word().parse::<u32>().ok(),
+            _ => {}
+        }
+    }
+    let start_lsn = start.ok_or("no START WAL LOCATION line")?;
+    if !start_lsn.is_valid() {
+        return Err("START WAL LOCATION is 0/0".into());
+    }
+    Ok(BackupLabel { start_lsn, checkpoint_lsn: checkpoint, timeline })
+}
+
+/// Major version from `PG_VERSION` ("15\n").
+pub fn parse_pg_version(text: &str) -> Result<u32, String> {
+    let t = text.trim();
+    t.parse::<u32>()
+        .map_err(|_| format!("PG_VERSION holds '{}', not a major version number", t.escape_debug()))
+}
+
+pub const SUPPORTED_VERSIONS: &[u32] = &[15, 16, 17];
+
+/// `sizeof(CheckPoint)` in PostgreSQL 14..17 on 64-bit platforms.
+pub const CHECKPOINT_SIZE: usize = 88;
+/// `offsetof(ControlFileData, checkPointCopy)`.
+const CHECKPOINT_COPY_OFFSET: usize = 40;
+
+/// The fields of `pg_control` the import uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlData {
+    pub system_identifier: u64,
+    pub pg_control_version: u32,
+    pub catalog_version_no: u32,
+    /// Location of the latest checkpoint record.
+    pub checkpoint: Lsn,
+    /// Its redo point.
+    pub redo: Lsn,
+    pub timeline: u32,
+    /// The raw `CheckPoint` struct (`checkPointCopy`).
+    pub checkpoint_copy: Vec<u8>,
+}
+
+impl ControlData {
+    /// The PostgreSQL major version that wrote this control file, from the
+    /// catalog version number (each release's is fixed at its release).
+    pub fn major_version(&self) -> Option<u32> {
+        match self.catalog_version_no {
+            202107181..=202209061 => Some(15),
+            202209062..=202307071 => Some(16),
+            202307072..=202406281 => Some(17),
+            202406282..=202506999 => Some(18),
+            _ => None,
+        }
+    }
+}
+
+/// Parse and checksum `pg_control`. The CRC-32C sits right after the struct,
+/// whose size differs between versions: we find the offset at which the
+/// stored CRC matches the bytes before it.
+pub fn parse_control(buf: &[u8]) -> Result<ControlData, String> {
+    if buf.len() < 512 {
+        return Err(format!("pg_control is {} bytes, expected 8192", buf.len()));
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(buf[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(buf[o..o + 8].try_into().unwrap());
+    let crc_ok = (CHECKPOINT_COPY_OFFSET + CHECKPOINT_SIZE..=500)
+        .step_by(4)
+        .any(|off| crc32c::crc32c(&buf[..off]) == u32_at(off));
+    if !crc_ok {
+        return Err(
+            "pg_control checksum does not match: the file is corrupt or not a pg_control".into()
+        );
+    }
+    let cp = &buf[CHECKPOINT_COPY_OFFSET..CHECKPOINT_COPY_OFFSET + CHECKPOINT_SIZE];
+    Ok(ControlData {
+        system_identifier: u64_at(0),
+        pg_control_version: u32_at(8),
+        catalog_version_no: u32_at(12),
+        checkpoint: Lsn(u64_at(32)),
+        redo: Lsn(u64::from_le_bytes(cp[0..8].try_into().unwrap())),
+        timeline: u32::from_le_bytes(cp[8..12].try_into().unwrap()),
+        checkpoint_copy: cp.to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_paths() {
+        let r = |spc, db, rel, fork| RelTag::new(spc, db, rel, fork);
+        assert_eq!(
+            classify("base/5/16384", false),
+            PgFile::Rel { rel: r(1663, 5, 16384, 0), segno: 0 }
+        );
+        assert_eq!(
+            classify("base/5/16384_fsm.2", false),
+            PgFile::Rel { rel: r(1663, 5, 16384, 1), segno: 2 }
+        );
+        assert_eq!(
+            classify("base/5/16384_vm", false),
+            PgFile::Rel { rel: r(1663, 5, 16384, 2), segno: 0 }
+        );
+        assert_eq!(
+            classify("base/5/16390_init", false),
+            PgFile::Rel { rel: r(1663, 5, 16390, 3), segno: 0 }
+        );
+        assert_eq!(
+            classify("global/1262", false),
+            PgFile::Rel { rel: r(1664, 0, 1262, 0), segno: 0 }
+        );
+        assert_eq!(
+            classify("pg_tblspc/16400/PG_15_202209061/16401/16402.1", false),
+            PgFile::Rel { rel: r(16400, 16401, 16402, 0), segno: 1 }
+        );
+        assert_eq!(classify("global/pg_control", false), PgFile::Control);
+        assert_eq!(classify("global/pg_filenode.map", false), PgFile::Relmap { spc: 1664, db: 0 });
+        assert_eq!(classify("base/5/pg_filenode.map", false), PgFile::Relmap { spc: 1663, db: 5 });
+        assert_eq!(classify("base/5", true), PgFile::DbDir { spc: 1663, db: 5 });
+        assert_eq!(classify("global", true), PgFile::DbDir { spc: 1664, db: 0 });
+        assert_eq!(
+            classify("pg_xact/0000", false),
+            PgFile::Slru { kind: SlruKind::Clog, segno: 0 }
+        );
+        assert_eq!(
+            classify("pg_multixact/members/14078", false),
+            PgFile::Slru { kind: SlruKind::MultiXactMembers, segno: 0x14078 }
+        );
+        assert_eq!(
+            classify("pg_multixact/offsets/000A", false),
+            PgFile::Slru { kind: SlruKind::MultiXactOffsets, segno: 10 }
+        );
+        assert_eq!(classify("pg_twophase/000002E6", false), PgFile::TwoPhase { xid: 742 });
+        assert_eq!(classify("pg_twophase/00000001000002E6", false), PgFile::TwoPhase { xid: 742 });
+        assert_eq!(classify("backup_label", false), PgFile::BackupLabel);
+        assert_eq!(classify("PG_VERSION", false), PgFile::PgVersion);
+        for other in [
+            "postgresql.conf",
+            "pg_hba.conf",
+            "base/5/PG_VERSION",
+            "base/5/t3_16384",
+            "base/5/pg_internal.init",
+            "base/5/16384.",
+            "base/5/16384_foo",
+            "base/05/16384",
+            "base/5/0",
+            "pg_xact/zz",
+            "pg_wal/000000010000000000000001",
+            "pg_tblspc/16400",
+            "tablespace_map",
+        ] {
+            assert_eq!(classify(other, false), PgFile::Other, "{other}");
+        }
+    }
+
+    #[test]
+    fn backup_label_and_version() {
+        let text = "START WAL LOCATION: 0/3000028 (file 000000010000000000000003)\n\
+                    CHECKPOINT LOCATION: 0/30416A8\nBACKUP METHOD: streamed\nSTART TIMELINE: 1\n";
+        let l = parse_backup_label(text).unwrap();
+        assert_eq!(l.start_lsn, Lsn(0x3000028));
+        assert_eq!(l.checkpoint_lsn, Some(Lsn(0x30416A8)));
+        assert_eq!(l.timeline, Some(1));
+        assert!(parse_backup_label("LABEL: x\n").unwrap_err().contains("START WAL LOCATION"));
+        assert!(parse_backup_label("START WAL LOCATION: zz\n").is_err());
+        assert_eq!(parse_pg_version("16\n").unwrap(), 16);
+        assert!(parse_pg_version("sixteen").is_err());
+    }
+
+    /// A synthetic pg_control in PG15's layout.
+    pub(crate) fn fake_control(catversion: u32, checkpoint: Lsn, redo: Lsn) -> Vec<u8> {
+        let mut b = vec![0u8; 8192];
+        b[0..8].copy_from_slice(&7u64.to_le_bytes());
+        b[8..12].copy_from_slice(&1300u32.to_le_bytes());
+        b[12..16].copy_from_slice(&catversion.to_le_bytes());
+        b[32..40].copy_from_slice(&checkpoint.0.to_le_bytes());
+        b[40..48].copy_from_slice(&redo.0.to_le_bytes());
+        b[48..52].copy_from_slice(&1u32.to_le_bytes());
+        let crc_off = 296;
+        let crc = crc32c::crc32c(&b[..crc_off]);
+        b[crc_off..crc_off + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn control_file() {
+        let b = fake_control(202209061, Lsn(0x30416A8), Lsn(0x3000028));
+        let c = parse_control(&b).unwrap();
+        assert_eq!((c.checkpoint, c.redo, c.timeline), (Lsn(0x30416A8), Lsn(0x3000028), 1));
+        assert_eq!(c.major_version(), Some(15));
+        assert_eq!(c.checkpoint_copy.len(), CHECKPOINT_SIZE);
+        let mut bad = b.clone();
+        bad[33] ^= 1;
+        assert!(parse_control(&bad).unwrap_err().contains("checksum"));
+        assert!(parse_control(&b[..100]).is_err());
+        let v16 = parse_control(&fake_control(202307071, Lsn(1), Lsn(1))).unwrap();
+        assert_eq!(v16.major_version(), Some(16));
+    }
+}

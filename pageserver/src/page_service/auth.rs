@@ -1,0 +1,173 @@
+//! JWT authentication of page service clients (`pg_auth_type = "jwt"`).
+//!
+//! The client sends the token as its password. Tokens are EdDSA (Ed25519)
+//! signed and checked against the public key (PEM) named by
+//! `auth_validation_public_key_path`; `exp` is enforced when present.
+//!
+//! Claims, as Neon's: `{"scope": "tenant", "tenant_id": "<hex>"}` grants access
+//! to that one tenant; `{"scope": "pageserverapi"}` to every tenant; any other
+//! scope is refused. The token is validated once at startup, and
+//! [`check_permission`] runs on every command against the tenant it names.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use anyhow::Context;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use utils::id::TenantId;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AuthError(pub String);
+
+/// The claims the page service looks at.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Claims {
+    /// `tenant` or `pageserverapi` are accepted (other Neon scopes are not).
+    pub scope: String,
+    #[serde(default)]
+    pub tenant_id: Option<TenantId>,
+}
+
+pub const SCOPE_TENANT: &str = "tenant";
+pub const SCOPE_PAGESERVER_API: &str = "pageserverapi";
+
+/// A validator for tokens signed by one key.
+pub struct JwtAuth {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+impl std::fmt::Debug for JwtAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JwtAuth(EdDSA)")
+    }
+}
+
+impl JwtAuth {
+    /// Loads an Ed25519 public key in PEM form (`-----BEGIN PUBLIC KEY-----`).
+    pub fn from_pem(pem: &[u8]) -> anyhow::Result<JwtAuth> {
+        let key = DecodingKey::from_ed_pem(pem).context("not an Ed25519 public key in PEM form")?;
+        let mut validation = Validation::new(Algorithm::EdDSA);
+        // Neon's tokens carry no registered claims; `exp` is still checked if present.
+        validation.required_spec_claims = HashSet::new();
+        validation.validate_exp = true;
+        validation.leeway = 0;
+        Ok(JwtAuth { key, validation })
+    }
+
+    pub fn from_key_path(path: &Path) -> anyhow::Result<JwtAuth> {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("cannot read JWT public key {}", path.display()))?;
+        JwtAuth::from_pem(&pem).with_context(|| format!("JWT public key {}", path.display()))
+    }
+
+    /// Checks the signature (and expiry) and returns the claims.
+    pub fn decode(&self, token: &str) -> Result<Claims, AuthError> {
+        let data = jsonwebtoken::decode::<Claims>(token.trim(), &self.key, &self.validation)
+            .map_err(|e| AuthError(format!("invalid JWT: {e}")))?;
+        let claims = data.claims;
+        match claims.scope.as_str() {
+            SCOPE_TENANT if claims.tenant_id.is_none() => {
+                Err(AuthError("JWT with scope 'tenant' has no tenant_id".to_string()))
+            }
+            SCOPE_TENANT | SCOPE_PAGESERVER_API => Ok(claims),
+            other => Err(AuthError(format!("JWT scope '{other}' is ineligible for page service"))),
+        }
+    }
+}
+
+/// May the holder of `claims` access `tenant_id`?
+pub fn check_permission(claims: &Claims, tenant_id: TenantId) -> Result<(), AuthError> {
+    match claims.scope.as_str() {
+        SCOPE_PAGESERVER_API => Ok(()),
+        SCOPE_TENANT if claims.tenant_id == Some(tenant_id) => Ok(()),
+        SCOPE_TENANT => Err(AuthError(format!(
+            "tenant id mismatch: the token grants access to tenant {}, not {tenant_id}",
+            claims.tenant_id.map(|t| t.to_string()).unwrap_or_default()
+        ))),
+        other => Err(AuthError(format!("JWT scope '{other}' is ineligible for page service"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{EncodingKey, Header};
+
+    use super::*;
+
+    /// Test-only Ed25519 key pairs.
+    const PRIVATE_A: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEII5AgsWW2ca53fxXUfs1WwMjbs5RKtl9LVvF6sGf3Fu9
+-----END PRIVATE KEY-----
+";
+    const PUBLIC_A: &str = "-----BEGIN PUBLIC KEY-----
+MCowBQYDK2VwAyEAPHCdGjYBshLfmSs3PL1Itt/Swhw5R096ljuUJURW5vE=
+-----END PUBLIC KEY-----
+";
+    const PRIVATE_B: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIPEYU+ZZe3W17eo3yIeyeXNghZF/xViFaZHTtsH3K1sa
+-----END PRIVATE KEY-----
+";
+
+    fn sign(private: &str, claims: serde_json::Value) -> String {
+        let key = EncodingKey::from_ed_pem(private.as_bytes()).unwrap();
+        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &key).unwrap()
+    }
+
+    #[test]
+    fn tenant_scope_is_checked_against_the_named_tenant() {
+        let auth = JwtAuth::from_pem(PUBLIC_A.as_bytes()).unwrap();
+        let t1 = TenantId::generate();
+        let t2 = TenantId::generate();
+        let token =
+            sign(PRIVATE_A, serde_json::json!({"scope": "tenant", "tenant_id": t1.to_string()}));
+        let claims = auth.decode(&token).unwrap();
+        assert_eq!(check_permission(&claims, t1), Ok(()));
+        let err = check_permission(&claims, t2).unwrap_err();
+        assert!(err.0.contains("mismatch"), "{err}");
+
+        let token = sign(PRIVATE_A, serde_json::json!({"scope": "pageserverapi"}));
+        let claims = auth.decode(&token).unwrap();
+        assert_eq!(check_permission(&claims, t2), Ok(()));
+    }
+
+    #[test]
+    fn bad_tokens_are_rejected() {
+        let auth = JwtAuth::from_pem(PUBLIC_A.as_bytes()).unwrap();
+        let t = TenantId::generate().to_string();
+        // Signed by another key.
+        let token = sign(PRIVATE_B, serde_json::json!({"scope": "tenant", "tenant_id": t}));
+        assert!(auth.decode(&token).unwrap_err().0.contains("invalid JWT"));
+        // Expired.
+        let token =
+            sign(PRIVATE_A, serde_json::json!({"scope": "tenant", "tenant_id": t, "exp": 1000}));
+        assert!(auth.decode(&token).is_err());
+        // Ineligible scope, tenant scope without tenant, garbage.
+        let token = sign(PRIVATE_A, serde_json::json!({"scope": "safekeeperdata"}));
+        assert!(auth.decode(&token).unwrap_err().0.contains("ineligible"));
+        let token = sign(PRIVATE_A, serde_json::json!({"scope": "tenant"}));
+        assert!(auth.decode(&token).is_err());
+        assert!(auth.decode("not.a.jwt").is_err());
+        // Tampered payload.
+        let token = sign(PRIVATE_A, serde_json::json!({"scope": "tenant", "tenant_id": t}));
+        let mut parts: Vec<&str> = token.split('.').collect();
+        let forged = sign(PRIVATE_B, serde_json::json!({"scope": "pageserverapi"}));
+        parts[1] = forged.split('.').nth(1).unwrap();
+        assert!(auth.decode(&parts.join(".")).is_err());
+    }
+
+    #[test]
+    fn key_file_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key.pem");
+        let err = JwtAuth::from_key_path(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("key.pem"));
+        std::fs::write(&path, "not a key").unwrap();
+        let err = JwtAuth::from_key_path(&path).unwrap_err();
+        assert!(format!("{err:#}").contains("key.pem"), "{err:#}");
+        std::fs::write(&path, PUBLIC_A).unwrap();
+        JwtAuth::from_key_path(&path).unwrap();
+    }
+}

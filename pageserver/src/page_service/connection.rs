@@ -1,0 +1,273 @@
+//! One libpq session: startup (SSL/GSSENC refused with `N`), authentication
+//! (trust or JWT), then simple queries until Terminate or EOF. The query
+//! `pagestream_v2|pagestream_v3 <tenant_id> <timeline_id>` switches the
+//! session to CopyBoth and hands it to the pagestream; the connection closes
+//! when that stream ends.
+//!
+//! Invariants:
+//! - with JWT auth, no command runs before a valid token was presented, and
+//!   every command that names a tenant is checked against the token's claims;
+//!   an authentication failure is FATAL (ErrorResponse, close);
+//! - an unknown or failing command gets ErrorResponse then ReadyForQuery, and
+//!   the session goes on;
+//! - every wait on the socket races the connection's cancellation token.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pageserver_api::pagestream::PagestreamProtocolVersion;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use utils::id::{TenantId, TimelineId};
+
+use super::auth::{check_permission, Claims};
+use super::error::{sqlstate, QueryError};
+use super::libpq::{be, single_cstr, FrameReader, FrameWriter, StartupPacket};
+use super::{stream, ServiceState};
+use crate::config::AuthType;
+use crate::metrics::page_service::METRICS;
+
+/// How many SSLRequest/GSSENCRequest packets a client may send before its startup packet.
+const MAX_NEGOTIATION_PACKETS: usize = 4;
+/// Bound on writing the final ErrorResponse of a failing connection.
+const FAREWELL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bytes discarded at most while lingering after a fatal error.
+const LINGER_LIMIT: usize = 1024 * 1024;
+const SERVER_VERSION: &str = "15.0 (pageserver)";
+
+struct Connection {
+    /// `None` once handed to a pagestream (which ends the session).
+    reader: Option<FrameReader>,
+    writer: FrameWriter,
+    peer: SocketAddr,
+    state: Arc<ServiceState>,
+    cancel: CancellationToken,
+    /// Set by JWT authentication.
+    claims: Option<Claims>,
+}
+
+/// What a successful command leaves behind.
+enum Next {
+    /// Send ReadyForQuery and read the next command.
+    Query,
+    /// A pagestream ran and ended; close the connection.
+    Close,
+}
+
+/// Serves one accepted connection until it ends; never fails (errors are
+/// reported to the client where possible, and logged).
+pub async fn serve(
+    socket: TcpStream,
+    peer: SocketAddr,
+    state: Arc<ServiceState>,
+    cancel: CancellationToken,
+) {
+    METRICS.live_connections.inc();
+    // Responses are flushed once per batch; Nagle would only add latency.
+    if let Err(e) = socket.set_nodelay(true) {
+        debug!("set_nodelay failed for {peer}: {e}");
+    }
+    let (rd, wr) = socket.into_split();
+    let mut conn = Connection {
+        reader: Some(FrameReader::new(rd)),
+        writer: FrameWriter::new(wr),
+        peer,
+        state,
+        cancel,
+        claims: None,
+    };
+    match conn.run().await {
+        Ok(()) => debug!("connection from {peer} closed"),
+        Err(QueryError::Shutdown) => debug!("connection from {peer} closed by shutdown"),
+        Err(QueryError::Disconnected(e)) => info!("connection from {peer} lost: {e}"),
+        Err(QueryError::Fatal { code, message } | QueryError::Command { code, message }) => {
+            warn!("closing connection from {peer}: {message}");
+            be::error_response(conn.writer.buf(), "FATAL", code, &message);
+            let flushed = tokio::time::timeout(FAREWELL_TIMEOUT, conn.writer.flush(&conn.cancel));
+            if let Ok(Ok(())) = flushed.await {
+                conn.writer.shutdown().await;
+                if let Some(reader) = conn.reader.as_mut() {
+                    tokio::select! {
+                        _ = reader.drain(FAREWELL_TIMEOUT, LINGER_LIMIT) => {}
+                        _ = conn.cancel.cancelled() => {}
+                    }
+                }
+            }
+        }
+    }
+    METRICS.live_connections.dec();
+}
+
+impl Connection {
+    fn reader(&mut self) -> &mut FrameReader {
+        self.reader
+            .as_mut()
+            .expect("the reader is only taken by a pagestream, which ends the session")
+    }
+
+    async fn run(&mut self) -> Result<(), QueryError> {
+        if !self.startup().await? {
+            return Ok(());
+        }
+        self.authenticate().await?;
+        let buf = self.writer.buf();
+        be::auth_ok(buf);
+        be::parameter_status(buf, "client_encoding", "UTF8");
+        be::parameter_status(buf, "integer_datetimes", "on");
+        be::parameter_status(buf, "server_version", SERVER_VERSION);
+        be::ready_for_query(buf);
+        self.writer.flush(&self.cancel).await?;
+
+        loop {
+            let cancel = self.cancel.clone();
+            let Some(frame) = self.reader().read_message(&cancel).await? else {
+                return Ok(());
+            };
+            match frame.tag {
+                b'Q' => {
+                    let query = single_cstr(frame.body)?.to_string();
+                    match self.process_query(&query).await {
+                        Ok(Next::Query) => {}
+                        Ok(Next::Close) => return Ok(()),
+                        Err(QueryError::Command { code, message }) => {
+                            info!("command from {} failed: {message}", self.peer);
+                            be::error_response(self.writer.buf(), "ERROR", code, &message);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                    be::ready_for_query(self.writer.buf());
+                    self.writer.flush(&self.cancel).await?;
+                }
+                b'X' => return Ok(()),
+                // Like PostgreSQL: copy messages outside copy mode are ignored.
+                b'd' | b'c' | b'f' => {}
+                b'P' | b'B' | b'E' | b'D' | b'H' | b'S' | b'C' | b'F' => {
+                    return Err(QueryError::fatal(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        "the extended query protocol is not supported",
+                    ))
+                }
+                tag => {
+                    return Err(QueryError::fatal(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        format!("unexpected message type '{}'", tag.escape_ascii()),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Negotiation and the startup packet. `Ok(false)`: the client left
+    /// (EOF or CancelRequest, which has nothing to cancel here).
+    async fn startup(&mut self) -> Result<bool, QueryError> {
+        for _ in 0..=MAX_NEGOTIATION_PACKETS {
+            let cancel = self.cancel.clone();
+            match self.reader().read_startup(&cancel).await? {
+                None | Some(StartupPacket::CancelRequest) => return Ok(false),
+                Some(StartupPacket::SslRequest | StartupPacket::GssEncRequest) => {
+                    be::encryption_refused(self.writer.buf());
+                    self.writer.flush(&self.cancel).await?;
+                }
+                Some(StartupPacket::Startup { params }) => {
+                    let get =
+                        |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+                    debug!(
+                        "startup from {}: user={:?} application_name={:?}",
+                        self.peer,
+                        get("user"),
+                        get("application_name")
+                    );
+                    return Ok(true);
+                }
+            }
+        }
+        Err(QueryError::fatal(sqlstate::PROTOCOL_VIOLATION, "too many negotiation requests"))
+    }
+
+    async fn authenticate(&mut self) -> Result<(), QueryError> {
+        match self.state.conf.auth_type {
+            AuthType::Trust => Ok(()),
+            AuthType::Jwt => {
+                be::auth_cleartext_password(self.writer.buf());
+                self.writer.flush(&self.cancel).await?;
+                let cancel = self.cancel.clone();
+                let frame = self.reader().read_message(&cancel).await?.ok_or_else(|| {
+                    QueryError::Disconnected(std::io::ErrorKind::UnexpectedEof.into())
+                })?;
+                if frame.tag != b'p' {
+                    return Err(QueryError::fatal(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        "expected a password message holding a JWT",
+                    ));
+                }
+                let token = single_cstr(frame.body)?.to_string();
+                let auth = self.state.auth.as_ref().expect("JWT auth has a key");
+                let claims = auth.decode(&token).map_err(|e| {
+                    QueryError::fatal(sqlstate::INVALID_AUTHORIZATION, e.to_string())
+                })?;
+                self.claims = Some(claims);
+                Ok(())
+            }
+        }
+    }
+
+    fn check_permission(&self, tenant: TenantId) -> Result<(), QueryError> {
+        match self.state.conf.auth_type {
+            AuthType::Trust => Ok(()),
+            AuthType::Jwt => {
+                let claims = self.claims.as_ref().expect("authenticated before any command");
+                check_permission(claims, tenant)
+                    .map_err(|e| QueryError::fatal(sqlstate::INVALID_AUTHORIZATION, e.to_string()))
+            }
+        }
+    }
+
+    async fn process_query(&mut self, query: &str) -> Result<Next, QueryError> {
+        let query = query.trim().trim_end_matches(';').trim_end();
+        let mut words = query.split_whitespace();
+        let Some(command) = words.next() else {
+            be::empty_query_response(self.writer.buf());
+            return Ok(Next::Query);
+        };
+        let version = if command.eq_ignore_ascii_case("pagestream_v2") {
+            PagestreamProtocolVersion::V2
+        } else if command.eq_ignore_ascii_case("pagestream_v3") {
+            PagestreamProtocolVersion::V3
+        } else {
+            return Err(QueryError::command(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                format!("unsupported command '{command}'"),
+            ));
+        };
+        let args: Vec<&str> = words.collect();
+        let [tenant, timeline] = args[..] else {
+            return Err(QueryError::command(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("usage: {command} <tenant_id> <timeline_id>"),
+            ));
+        };
+        let bad_id = |what: &str, e: utils::id::IdParseError| {
+            QueryError::command(sqlstate::PROTOCOL_VIOLATION, format!("invalid {what}: {e}"))
+        };
+        let tenant: TenantId = tenant.parse().map_err(|e| bad_id("tenant id", e))?;
+        let timeline: TimelineId = timeline.parse().map_err(|e| bad_id("timeline id", e))?;
+        self.check_permission(tenant)?;
+        let tl = self.state.tenants.get_timeline(tenant, timeline)?;
+
+        be::copy_both_response(self.writer.buf());
+        self.writer.flush(&self.cancel).await?;
+        info!("{} started pagestream {version:?} of {tenant}/{timeline}", self.peer);
+        let reader = self.reader.take().expect("one pagestream per session");
+        let pipelining = &self.state.conf.pipelining;
+        let (res, reader) =
+            stream::run(reader, &mut self.writer, tl, version, pipelining, &self.cancel).await;
+        self.reader = reader;
+        match &res {
+            Ok(()) => info!("{} ended pagestream of {tenant}/{timeline}", self.peer),
+            Err(e) => info!("pagestream of {tenant}/{timeline} from {} ended: {e}", self.peer),
+        }
+        res.map(|()| Next::Close)
+    }
+}

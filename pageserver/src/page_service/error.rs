@@ -1,0 +1,120 @@
+//! Error types of the page service, one per boundary.
+//!
+//! - [`PageStreamError`]: the outcome of one pagestream request. Every variant
+//!   but `Shutdown` becomes an in-band Error response (tag 103) and the stream
+//!   goes on; `Shutdown` ends the stream (the client reconnects elsewhere or later).
+//! - [`QueryError`]: the outcome of a libpq command or of a whole stream.
+//!   `Shutdown` and `Disconnected` close the connection without a word;
+//!   `Fatal` sends an ErrorResponse (S=FATAL) and closes; `Command` sends an
+//!   ErrorResponse followed by ReadyForQuery and the session goes on.
+
+use std::borrow::Cow;
+
+use crate::pgdatadir_mapping::DatadirError;
+use crate::tenant::{GetVectoredError, TenantError, WaitLsnError};
+
+/// Why one pagestream request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PageStreamError {
+    /// The request is malformed or asks for something that cannot be served
+    /// (LSN 0, request_lsn < not_modified_since, below the timeline's start,
+    /// unknown SLRU kind).
+    #[error("bad request: {0}")]
+    BadRequest(Cow<'static, str>),
+    /// The relation, database or SLRU segment does not exist at that LSN.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// WAL did not arrive within `wait_lsn_timeout`.
+    #[error("{0}")]
+    LsnTimeout(String),
+    /// Reading or reconstructing the data failed (IO, checksum, missing redo).
+    #[error("read error: {0}")]
+    Read(String),
+    /// The timeline or the daemon is shutting down: ends the stream.
+    #[error("shutting down")]
+    Shutdown,
+}
+
+impl From<WaitLsnError> for PageStreamError {
+    fn from(e: WaitLsnError) -> Self {
+        match e {
+            WaitLsnError::Timeout(msg) => PageStreamError::LsnTimeout(msg),
+            WaitLsnError::Shutdown => PageStreamError::Shutdown,
+        }
+    }
+}
+
+impl From<GetVectoredError> for PageStreamError {
+    fn from(e: GetVectoredError) -> Self {
+        match e {
+            GetVectoredError::Cancelled => PageStreamError::Shutdown,
+            e @ GetVectoredError::TooManyKeys { .. } => PageStreamError::Read(e.to_string()),
+        }
+    }
+}
+
+impl From<DatadirError> for PageStreamError {
+    fn from(e: DatadirError) -> Self {
+        match e {
+            DatadirError::RelNotFound { .. }
+            | DatadirError::SlruSegmentNotFound { .. }
+            | DatadirError::DbNotFound { .. } => PageStreamError::NotFound(e.to_string()),
+            DatadirError::GetVectored(e) => e.into(),
+            DatadirError::Reconstruct(e) => PageStreamError::Read(e.to_string()),
+            DatadirError::Corrupt(_) => PageStreamError::Read(e.to_string()),
+        }
+    }
+}
+
+/// Why a libpq command (or the stream it started) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The daemon, tenant or timeline is shutting down: close silently.
+    #[error("shutting down")]
+    Shutdown,
+    /// The socket failed or the client went away: nothing can be sent.
+    #[error("connection lost: {0}")]
+    Disconnected(#[from] std::io::Error),
+    /// A protocol violation or failed authentication: ErrorResponse
+    /// (SQLSTATE `code`), then close.
+    #[error("{message}")]
+    Fatal { code: &'static [u8; 5], message: String },
+    /// The command failed but the session is fine: ErrorResponse, then
+    /// ReadyForQuery.
+    #[error("{message}")]
+    Command { code: &'static [u8; 5], message: String },
+}
+
+/// SQLSTATEs used in ErrorResponses.
+pub mod sqlstate {
+    /// `invalid_authorization_specification`.
+    pub const INVALID_AUTHORIZATION: &[u8; 5] = b"28000";
+    /// `protocol_violation`.
+    pub const PROTOCOL_VIOLATION: &[u8; 5] = b"08P01";
+    /// `feature_not_supported` (unknown command).
+    pub const FEATURE_NOT_SUPPORTED: &[u8; 5] = b"0A000";
+    /// `internal_error`.
+    pub const INTERNAL_ERROR: &[u8; 5] = b"XX000";
+}
+
+impl QueryError {
+    pub fn fatal(code: &'static [u8; 5], message: impl Into<String>) -> QueryError {
+        QueryError::Fatal { code, message: message.into() }
+    }
+
+    pub fn command(code: &'static [u8; 5], message: impl Into<String>) -> QueryError {
+        QueryError::Command { code, message: message.into() }
+    }
+}
+
+impl From<TenantError> for QueryError {
+    fn from(e: TenantError) -> Self {
+        match e {
+            TenantError::ShuttingDown => QueryError::Shutdown,
+            e @ (TenantError::NotFound(_) | TenantError::InvalidArgument(_)) => {
+                QueryError::command(sqlstate::INTERNAL_ERROR, e.to_string())
+            }
+            e => QueryError::command(sqlstate::INTERNAL_ERROR, format!("{e:#}")),
+        }
+    }
+}

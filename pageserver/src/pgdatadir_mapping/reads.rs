@@ -1,0 +1,352 @@
+//! PostgreSQL-level reads at an LSN: relation existence and size, pages in
+//! batches, database size, SLRU segments, directory listings.
+//!
+//! Contract with the page service: `get_rel_pages_batched` issues exactly
+//! one `Timeline::get_vectored` for its batch when the sizes of the batch's
+//! relations are cached (the steady state); when some are not, their size
+//! keys ride along in the same call, or, if that exceeds
+//! `max_get_vectored_keys`, are read first. Duplicate (rel, blk, lsn) are
+//! read once. Results are in request order, one per page.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use pageserver_api::key::Key;
+use pageserver_api::reltag::{RelTag, SlruKind};
+use utils::lsn::Lsn;
+
+use super::{
+    decode_size, get_chunked, get_one, optional, zero_page, DatadirError, DbDirectory,
+    RelDirectory, SlruDirectory, BLCKSZ,
+};
+use crate::tenant::{GetVectoredError, PageReconstructError, Timeline};
+
+/// Size of `rel` at `lsn`: `None` if it does not exist. Uses and fills the
+/// timeline's size cache.
+pub(crate) async fn rel_size_opt(
+    tl: &Timeline,
+    rel: RelTag,
+    lsn: Lsn,
+) -> Result<Option<u32>, DatadirError> {
+    if rel.relnode == 0 {
+        return Ok(None);
+    }
+    if let Some(size) = tl.datadir_cache.lookup(rel, lsn) {
+        return Ok(size);
+    }
+    let latest = lsn == tl.get_last_record_lsn();
+    let size = match get_one(tl, Key::rel_size(rel), lsn).await? {
+        Some(v) => decode_size(&v, || format!("relation {rel} at {lsn}"))?,
+        None => None,
+    };
+    if latest {
+        tl.datadir_cache.fill(rel, lsn, size);
+    }
+    Ok(size)
+}
+
+pub async fn get_rel_exists(tl: &Timeline, rel: RelTag, lsn: Lsn) -> Result<bool, DatadirError> {
+    Ok(rel_size_opt(tl, rel, lsn).await?.is_some())
+}
+
+/// Number of blocks of `rel` at `lsn`.
+pub async fn get_rel_size(tl: &Timeline, rel: RelTag, lsn: Lsn) -> Result<u32, DatadirError> {
+    rel_size_opt(tl, rel, lsn).await?.ok_or(DatadirError::RelNotFound { rel, lsn })
+}
+
+/// How one requested page gets its answer.
+enum Plan {
+    /// Known without reading the page (error, or zero page past the end).
+    Done(Result<Bytes, DatadirError>),
+    /// Index into the query list.
+    Query(usize),
+}
+
+/// Read pages of relations, each at its own LSN, with one vectored get
+/// (see the module comment). Per page: the image; 8192 zero bytes at or past
+/// the relation's size; `RelNotFound` for relnode 0 or an unknown relation.
+/// The outer error is the vectored get's own (too many keys, cancelled).
+pub async fn get_rel_pages_batched(
+    tl: &Timeline,
+    pages: &[(RelTag, u32, Lsn)],
+) -> Result<Vec<Result<Bytes, DatadirError>>, GetVectoredError> {
+    let latest = tl.get_last_record_lsn();
+
+    // 1. Sizes from the cache; remember which (rel, lsn) miss.
+    let mut sizes: HashMap<(RelTag, Lsn), Result<Option<u32>, DatadirError>> = HashMap::new();
+    let mut misses: Vec<(RelTag, Lsn)> = Vec::new();
+    for &(rel, _, lsn) in pages {
+        if rel.relnode == 0 || sizes.contains_key(&(rel, lsn)) || misses.contains(&(rel, lsn)) {
+            continue;
+        }
+        match tl.datadir_cache.lookup(rel, lsn) {
+            Some(size) => {
+                sizes.insert((rel, lsn), Ok(size));
+            }
+            None => misses.push((rel, lsn)),
+        }
+    }
+
+    // 2. Page queries, deduplicated, skipping pages already answered.
+    let mut queries: Vec<(Key, Lsn)> = Vec::with_capacity(pages.len() + misses.len());
+    let mut index: HashMap<(Key, Lsn), usize> = HashMap::with_capacity(pages.len());
+    let mut plans = Vec::with_capacity(pages.len());
+    for &(rel, blk, lsn) in pages {
+        if rel.relnode == 0 {
+            plans.push(Plan::Done(Err(DatadirError::RelNotFound { rel, lsn })));
+            continue;
+        }
+        match sizes.get(&(rel, lsn)) {
+            Some(Ok(None)) => {
+                plans.push(Plan::Done(Err(DatadirError::RelNotFound { rel, lsn })));
+                continue;
+            }
+            Some(Ok(Some(n))) if blk >= *n => {
+                plans.push(Plan::Done(Ok(zero_page())));
+                continue;
+            }
+            _ => {}
+        }
+        let q = (Key::rel_block(rel, blk), lsn);
+        let i = *index.entry(q).or_insert_with(|| {
+            queries.push(q);
+            queries.len() - 1
+        });
+        plans.push(Plan::Query(i));
+    }
+
+    // 3. Read: pages plus missing sizes in one call when allowed.
+    let n_pages = queries.len();
+    queries.extend(misses.iter().map(|&(rel, lsn)| (Key::rel_size(rel), lsn)));
+    let results = if misses.is_empty() {
+        if queries.is_empty() {
+            Vec::new()
+        } else {
+            tl.get_vectored(&queries).await?
+        }
+    } else {
+        match tl.get_vectored(&queries).await {
+            Ok(r) => r,
+            Err(GetVectoredError::TooManyKeys { .. }) => {
+                let mut size_results = get_chunked(tl, &queries[n_pages..]).await?;
+                let mut r = if n_pages > 0 {
+                    tl.get_vectored(&queries[..n_pages]).await?
+                } else {
+                    Vec::new()
+                };
+                r.append(&mut size_results);
+                r
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    debug_assert_eq!(results.len(), queries.len());
+
+    // 4. Decode the sizes that were read; cache those read at the latest LSN.
+    for (&(rel, lsn), res) in misses.iter().zip(&results[n_pages..]) {
+        let size = match optional(res.clone()) {
+            Ok(Some(v)) => decode_size(&v, || format!("relation {rel} at {lsn}")),
+            Ok(None) => Ok(None),
+            Err(e) => Err(DatadirError::Reconstruct(e)),
+        };
+        if let Ok(s) = &size {
+            if lsn == latest {
+                tl.datadir_cache.fill(rel, lsn, *s);
+            }
+        }
+        sizes.insert((rel, lsn), size);
+    }
+
+    // 5. Assemble in request order.
+    let out = pages
+        .iter()
+        .zip(plans)
+        .map(|(&(rel, blk, lsn), plan)| match plan {
+            Plan::Done(r) => r,
+            Plan::Query(i) => {
+                match sizes.get(&(rel, lsn)).expect("size known for every queried page") {
+                    Err(e) => Err(e.clone()),
+                    Ok(None) => Err(DatadirError::RelNotFound { rel, lsn }),
+                    Ok(Some(n)) if blk >= *n => Ok(zero_page()),
+                    Ok(Some(n)) => page_result(&results[i], rel, blk, *n, lsn),
+                }
+            }
+        })
+        .collect();
+    Ok(out)
+}
+
+fn page_result(
+    r: &Result<Bytes, PageReconstructError>,
+    rel: RelTag,
+    blk: u32,
+    nblocks: u32,
+    lsn: Lsn,
+) -> Result<Bytes, DatadirError> {
+    match r {
+        Ok(page) if page.len() == BLCKSZ => Ok(page.clone()),
+        Ok(page) => Err(DatadirError::Corrupt(format!(
+            "block {blk} of relation {rel} at {lsn} is {} bytes, expected {BLCKSZ}",
+            page.len()
+        ))),
+        Err(PageReconstructError::MissingKey { .. }) => Err(DatadirError::Corrupt(format!(
+            "block {blk} of relation {rel} is below its size {nblocks} but has no value at {lsn}"
+        ))),
+        Err(e) => Err(DatadirError::Reconstruct(e.clone())),
+    }
+}
+
+/// The database directory at `lsn` (`None` if the timeline has none yet).
+pub(crate) async fn read_dbdir(
+    tl: &Timeline,
+    lsn: Lsn,
+) -> Result<Option<DbDirectory>, DatadirError> {
+    match get_one(tl, Key::dbdir(), lsn).await? {
+        Some(v) => Ok(Some(DbDirectory::decode(&v)?)),
+        None => Ok(None),
+    }
+}
+
+/// The relations of a database at `lsn`; `None` if the database does not
+/// exist (never created, or dropped).
+pub(crate) async fn read_reldir(
+    tl: &Timeline,
+    spcnode: u32,
+    dbnode: u32,
+    lsn: Lsn,
+) -> Result<Option<RelDirectory>, DatadirError> {
+    match get_one(tl, Key::rel_dir(spcnode, dbnode), lsn).await? {
+        Some(v) if v.is_empty() => Ok(None),
+        Some(v) => Ok(Some(RelDirectory::decode(&v)?)),
+        None => Ok(None),
+    }
+}
+
+pub(crate) async fn read_slru_dir(
+    tl: &Timeline,
+    kind: SlruKind,
+    lsn: Lsn,
+) -> Result<SlruDirectory, DatadirError> {
+    match get_one(tl, Key::slru_dir(kind), lsn).await? {
+        Some(v) => Ok(SlruDirectory::decode(&v)?),
+        None => Ok(SlruDirectory::default()),
+    }
+}
+
+/// Every database at `lsn`: ((spcnode, dbnode), relmap file exists).
+pub async fn list_dbs(tl: &Timeline, lsn: Lsn) -> Result<Vec<((u32, u32), bool)>, DatadirError> {
+    Ok(read_dbdir(tl, lsn).await?.map(|d| d.dbs.into_iter().collect()).unwrap_or_default())
+}
+
+/// Every relation fork of a database at `lsn`.
+pub async fn list_rels(
+    tl: &Timeline,
+    spcnode: u32,
+    dbnode: u32,
+    lsn: Lsn,
+) -> Result<Vec<RelTag>, DatadirError> {
+    let dir = read_reldir(tl, spcnode, dbnode, lsn).await?.ok_or(DatadirError::DbNotFound {
+        spcnode,
+        dbnode,
+        lsn,
+    })?;
+    Ok(dir.rels.into_iter().map(|(rel, fork)| RelTag::new(spcnode, dbnode, rel, fork)).collect())
+}
+
+/// Every segment number of an SLRU at `lsn`.
+pub async fn list_slru_segments(
+    tl: &Timeline,
+    kind: SlruKind,
+    lsn: Lsn,
+) -> Result<Vec<u32>, DatadirError> {
+    Ok(read_slru_dir(tl, kind, lsn).await?.segments.into_iter().collect())
+}
+
+/// Sizes of many relations at one LSN: cache first, then chunked reads.
+/// A relation without a size is an error (it is listed in a directory).
+pub(crate) async fn rel_sizes(
+    tl: &Timeline,
+    rels: &[RelTag],
+    lsn: Lsn,
+) -> Result<Vec<u32>, DatadirError> {
+    let mut out = vec![0u32; rels.len()];
+    let mut missing = Vec::new();
+    for (i, rel) in rels.iter().enumerate() {
+        match tl.datadir_cache.lookup(*rel, lsn) {
+            Some(Some(n)) => out[i] = n,
+            _ => missing.push(i),
+        }
+    }
+    let queries: Vec<_> = missing.iter().map(|&i| (Key::rel_size(rels[i]), lsn)).collect();
+    let results = get_chunked(tl, &queries).await?;
+    for (&i, r) in missing.iter().zip(results) {
+        let rel = rels[i];
+        let size = match optional(r)? {
+            Some(v) => decode_size(&v, || format!("relation {rel} at {lsn}"))?,
+            None => None,
+        };
+        out[i] = size.ok_or_else(|| {
+            DatadirError::Corrupt(format!(
+                "relation {rel} is in its directory but has no size at {lsn}"
+            ))
+        })?;
+    }
+    Ok(out)
+}
+
+/// Total size in bytes of every fork of every relation of a database.
+pub async fn get_db_size(
+    tl: &Timeline,
+    spcnode: u32,
+    dbnode: u32,
+    lsn: Lsn,
+) -> Result<u64, DatadirError> {
+    let rels = list_rels(tl, spcnode, dbnode, lsn).await?;
+    let sizes = rel_sizes(tl, &rels, lsn).await?;
+    Ok(sizes.iter().map(|&n| n as u64 * BLCKSZ as u64).sum())
+}
+
+/// Size in blocks of an SLRU segment at `lsn`, `None` if it does not exist.
+pub(crate) async fn slru_segment_size(
+    tl: &Timeline,
+    kind: SlruKind,
+    segno: u32,
+    lsn: Lsn,
+) -> Result<Option<u32>, DatadirError> {
+    match get_one(tl, Key::slru_segment_size(kind, segno), lsn).await? {
+        Some(v) => decode_size(&v, || format!("SLRU segment {segno:04X} of {}", kind.dir_name())),
+        None => Ok(None),
+    }
+}
+
+/// The whole content of an SLRU segment file: its pages concatenated.
+pub async fn get_slru_segment(
+    tl: &Timeline,
+    kind: SlruKind,
+    segno: u32,
+    lsn: Lsn,
+) -> Result<Bytes, DatadirError> {
+    let nblocks = slru_segment_size(tl, kind, segno, lsn)
+        .await?
+        .ok_or(DatadirError::SlruSegmentNotFound { kind, segno, lsn })?;
+    let queries: Vec<_> = (0..nblocks).map(|b| (Key::slru_block(kind, segno, b), lsn)).collect();
+    let results = get_chunked(tl, &queries).await?;
+    let mut out = Vec::with_capacity(nblocks as usize * BLCKSZ);
+    for (blk, r) in results.into_iter().enumerate() {
+        let page = optional(r)?.ok_or_else(|| {
+            DatadirError::Corrupt(format!(
+                "block {blk} of SLRU segment {segno:04X} of {} is below its size {nblocks} but has no value at {lsn}",
+                kind.dir_name()
+            ))
+        })?;
+        if page.len() != BLCKSZ {
+            return Err(DatadirError::Corrupt(format!(
+                "block {blk} of SLRU segment {segno:04X} of {} is {} bytes",
+                kind.dir_name(),
+                page.len()
+            )));
+        }
+        out.extend_from_slice(&page);
+    }
+    Ok(out.into())
+}

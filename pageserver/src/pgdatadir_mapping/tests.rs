@@ -1,0 +1,264 @@
+//! Tests of the PostgreSQL-level API against a real timeline.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pageserver_api::key::Key;
+use pageserver_api::reltag::{RelTag, SlruKind};
+use tokio_util::sync::CancellationToken;
+use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
+
+use super::*;
+use crate::tenant::mgr::TenantManager;
+use crate::tenant::{StorageConf, Timeline};
+
+struct Env {
+    _dir: tempfile::TempDir,
+    _mgr: Arc<TenantManager>,
+    tl: Arc<Timeline>,
+}
+
+async fn env(max_keys: usize) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conf = StorageConf::for_tests(dir.path());
+    conf.max_get_vectored_keys = max_keys;
+    let mgr = TenantManager::load(Arc::new(conf), CancellationToken::new()).await.unwrap();
+    let tenant = mgr.create_tenant(TenantId::generate()).await.unwrap();
+    let tl = tenant.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 15).await.unwrap();
+    Env { _dir: dir, _mgr: mgr, tl }
+}
+
+fn page(tag: u8, blk: u32) -> Bytes {
+    let mut p = vec![tag; BLCKSZ];
+    p[..4].copy_from_slice(&blk.to_le_bytes());
+    Bytes::from(p)
+}
+
+const A: RelTag = RelTag { spcnode: 1663, dbnode: 5, relnode: 16384, forknum: 0 };
+const B: RelTag = RelTag { spcnode: 1663, dbnode: 5, relnode: 16390, forknum: 0 };
+
+/// LSN 0x20: db 1663/5 with relmap, A = 3 pages, B empty, A's FSM 1 page.
+async fn base(tl: &Timeline) {
+    let mut m = tl.begin_modification(Lsn(0x20));
+    m.init_empty().await.unwrap();
+    m.put_relmap_file(1663, 5, Bytes::from(vec![7u8; 512])).await.unwrap();
+    m.put_rel_creation(A, 0).await.unwrap();
+    for blk in 0..3 {
+        m.put_rel_page_image(A, blk, page(1, blk)).await.unwrap();
+    }
+    m.put_rel_creation(B, 0).await.unwrap();
+    m.put_rel_page_image(A.with_fork(1), 0, page(9, 0)).await.unwrap();
+    assert!(m.put_rel_creation(B, 0).await.unwrap_err().to_string().contains("already exists"));
+    m.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn rel_reads_and_batches() {
+    let e = env(32).await;
+    let tl = &e.tl;
+    base(tl).await;
+    let l = Lsn(0x20);
+    assert_eq!(tl.get_last_record_lsn(), l);
+    assert!(get_rel_exists(tl, A, l).await.unwrap());
+    assert!(!get_rel_exists(tl, A.with_fork(2), l).await.unwrap());
+    assert_eq!(get_rel_size(tl, A, l).await.unwrap(), 3);
+    assert_eq!(get_rel_size(tl, B, l).await.unwrap(), 0);
+    let err = get_rel_size(tl, A.with_fork(2), l).await.unwrap_err();
+    assert!(matches!(err, DatadirError::RelNotFound { .. }));
+    assert!(
+        err.to_string().contains("1663/5/16384_vm") && err.to_string().contains("0/20"),
+        "{err}"
+    );
+    assert_eq!(get_db_size(tl, 1663, 5, l).await.unwrap(), 4 * BLCKSZ as u64);
+    assert!(matches!(get_db_size(tl, 1663, 6, l).await, Err(DatadirError::DbNotFound { .. })));
+
+    let unknown = RelTag::new(1663, 5, 99999, 0);
+    let zero_rel = RelTag::new(1663, 5, 0, 0);
+    let reqs =
+        [(A, 0, l), (A, 2, l), (A, 5, l), (B, 0, l), (unknown, 0, l), (zero_rel, 1, l), (A, 0, l)];
+    let out = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    assert_eq!(out[0].as_ref().unwrap(), &page(1, 0));
+    assert_eq!(out[1].as_ref().unwrap(), &page(1, 2));
+    assert_eq!(out[2].as_ref().unwrap(), &zero_page(), "past the end reads zeros");
+    assert_eq!(out[3].as_ref().unwrap(), &zero_page());
+    assert!(matches!(out[4], Err(DatadirError::RelNotFound { rel, .. }) if rel == unknown));
+    assert!(matches!(out[5], Err(DatadirError::RelNotFound { .. })));
+    assert_eq!(out[6].as_ref().unwrap(), &page(1, 0));
+    // The sizes read at the latest LSN are now cached: same answers.
+    assert!(tl.datadir_cache.lookup(A, l).is_some());
+    let again = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    for (a, b) in out.iter().zip(&again) {
+        assert_eq!(a.as_ref().ok(), b.as_ref().ok());
+    }
+    // Reads below the data's LSN find nothing.
+    assert!(!get_rel_exists(tl, A, Lsn(0x10)).await.unwrap());
+}
+
+#[tokio::test]
+async fn truncate_extend_drop_history() {
+    let e = env(32).await;
+    let tl = &e.tl;
+    base(tl).await;
+
+    let mut m = tl.begin_modification(Lsn(0x30));
+    m.put_rel_truncation(A, 1).await.unwrap();
+    m.commit().await.unwrap();
+
+    // Re-extend by writing block 2 only: block 1 must read as zeros, not
+    // the page from before the truncation.
+    let mut m = tl.begin_modification(Lsn(0x40));
+    m.put_rel_page_image(A, 2, page(2, 2)).await.unwrap();
+    assert_eq!(m.rel_size(A).await.unwrap(), Some(3));
+    m.commit().await.unwrap();
+
+    let mut m = tl.begin_modification(Lsn(0x50));
+    m.put_rel_drop(B).await.unwrap();
+    m.put_rel_drop(RelTag::new(1663, 5, 424242, 0)).await.unwrap(); // absent: no-op
+    m.commit().await.unwrap();
+
+    for (lsn, size) in [(0x20, 3), (0x30, 1), (0x40, 3), (0x50, 3)] {
+        assert_eq!(get_rel_size(tl, A, Lsn(lsn)).await.unwrap(), size, "at {lsn:#x}");
+    }
+    let at = |blk, lsn| (A, blk, Lsn(lsn));
+    let out = get_rel_pages_batched(
+        tl,
+        &[at(1, 0x20), at(1, 0x30), at(1, 0x40), at(2, 0x40), at(2, 0x20)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(out[0].as_ref().unwrap(), &page(1, 1));
+    assert_eq!(out[1].as_ref().unwrap(), &zero_page(), "past the end after truncation");
+    assert_eq!(out[2].as_ref().unwrap(), &zero_page(), "gap after re-extension is zero-filled");
+    assert_eq!(out[3].as_ref().unwrap(), &page(2, 2));
+    assert_eq!(out[4].as_ref().unwrap(), &page(1, 2));
+
+    assert!(get_rel_exists(tl, B, Lsn(0x40)).await.unwrap());
+    assert!(!get_rel_exists(tl, B, Lsn(0x50)).await.unwrap());
+    assert!(list_rels(tl, 1663, 5, Lsn(0x50)).await.unwrap().iter().all(|r| *r != B));
+    let out = get_rel_pages_batched(tl, &[(B, 0, Lsn(0x50))]).await.unwrap();
+    assert!(matches!(out[0], Err(DatadirError::RelNotFound { .. })));
+
+    // Errors of the write side name the relation.
+    let mut m = tl.begin_modification(Lsn(0x60));
+    let err = m.put_rel_extend(B, 5).await.unwrap_err().to_string();
+    assert!(err.contains("16390") && err.contains("does not exist"), "{err}");
+    assert!(m.put_rel_page_image(A, 0, Bytes::from_static(b"short")).await.is_err());
+    m.put_rel_page_image(A, 0, page(3, 0)).await.unwrap();
+    m.flush().await.unwrap();
+    let err = m.put_rel_page_image(A.with_fork(3), 0, page(3, 0)).await; // new fork, ok
+    assert!(err.is_ok());
+    m.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn slru_twophase_control_and_keyspace() {
+    let e = env(32).await;
+    let tl = &e.tl;
+    base(tl).await;
+    let mut m = tl.begin_modification(Lsn(0x30));
+    m.put_slru_segment_creation(SlruKind::Clog, 0, 2).await.unwrap();
+    m.put_slru_page_image(SlruKind::Clog, 0, 0, page(4, 0)).await.unwrap();
+    m.put_slru_page_image(SlruKind::Clog, 0, 1, page(4, 1)).await.unwrap();
+    m.put_twophase_file(742, Bytes::from_static(b"state")).await.unwrap();
+    m.put_control_file(Bytes::from(vec![1u8; 8192]));
+    m.put_checkpoint(Bytes::from(vec![2u8; 88]));
+    m.put_relmap_file(1664, 0, Bytes::from(vec![8u8; 512])).await.unwrap();
+    m.commit().await.unwrap();
+    let l = Lsn(0x30);
+
+    let seg = get_slru_segment(tl, SlruKind::Clog, 0, l).await.unwrap();
+    assert_eq!(seg.len(), 2 * BLCKSZ);
+    assert_eq!(&seg[BLCKSZ..], &page(4, 1)[..]);
+    let err = get_slru_segment(tl, SlruKind::MultiXactOffsets, 0, l).await.unwrap_err();
+    assert!(err.to_string().contains("pg_multixact/offsets"), "{err}");
+    assert_eq!(list_slru_segments(tl, SlruKind::Clog, l).await.unwrap(), vec![0]);
+
+    let ks = collect_keyspace(tl, l).await.unwrap();
+    // Every listed key must be readable, and the list must be sorted and merged.
+    let mut n_keys = 0u32;
+    for w in ks.windows(2) {
+        assert!(w[0].end < w[1].start, "sorted, merged: {:?} {:?}", w[0], w[1]);
+    }
+    for r in &ks {
+        let mut k = r.start;
+        while k < r.end {
+            tl.get(k, l).await.unwrap_or_else(|e| panic!("key {k} listed but unreadable: {e}"));
+            n_keys += 1;
+            k = k.next();
+        }
+    }
+    // dbdir, 2 relmaps, 2 reldirs, A (3 blocks + size), A fsm (1 + size), B size,
+    // 3 SLRU dirs, clog (2 blocks + size), twophase dir + file, control, checkpoint.
+    assert_eq!(n_keys, 1 + 2 + 2 + 4 + 2 + 1 + 3 + 3 + 2 + 2);
+    let contains = |k: Key| ks.iter().any(|r| r.contains(&k));
+    assert!(contains(Key::rel_block(A, 2)) && !contains(Key::rel_block(A, 3)));
+    assert!(contains(Key::twophase_file(742)) && contains(Key::checkpoint()));
+
+    // Dropping the database removes it and its relations from the keyspace.
+    let mut m = tl.begin_modification(Lsn(0x40));
+    m.drop_db(1663, 5).await.unwrap();
+    m.drop_slru_segment(SlruKind::Clog, 0).await.unwrap();
+    m.drop_twophase_file(742).await.unwrap();
+    m.commit().await.unwrap();
+    let ks = collect_keyspace(tl, Lsn(0x40)).await.unwrap();
+    let contains = |k: Key| ks.iter().any(|r| r.contains(&k));
+    assert!(!contains(Key::rel_block(A, 0)) && !contains(Key::rel_dir(1663, 5)));
+    assert!(!contains(Key::slru_block(SlruKind::Clog, 0, 0)) && !contains(Key::twophase_file(742)));
+    assert!(contains(Key::relmap_file(1664, 0)));
+    assert!(matches!(
+        get_db_size(tl, 1663, 5, Lsn(0x40)).await,
+        Err(DatadirError::DbNotFound { .. })
+    ));
+    assert!(!get_rel_exists(tl, A, Lsn(0x40)).await.unwrap());
+    assert!(get_rel_exists(tl, A, Lsn(0x30)).await.unwrap());
+}
+
+#[tokio::test]
+async fn batch_over_the_key_limit_reads_sizes_separately() {
+    // 4 keys per vectored get: 4 pages of 2 uncached relations need 6 keys.
+    let e = env(4).await;
+    let tl = &e.tl;
+    base(tl).await;
+    let l = Lsn(0x20);
+    let fsm = A.with_fork(1);
+    let reqs = [(A, 0, l), (fsm, 0, l), (A, 1, l), (fsm, 3, l)];
+    let out = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    assert_eq!(out[0].as_ref().unwrap(), &page(1, 0));
+    assert_eq!(out[1].as_ref().unwrap(), &page(9, 0));
+    assert_eq!(out[2].as_ref().unwrap(), &page(1, 1));
+    assert_eq!(out[3].as_ref().unwrap(), &zero_page());
+    // Chunked helpers adapt to the limit too.
+    assert!(!collect_keyspace(tl, l).await.unwrap().is_empty());
+    assert_eq!(get_db_size(tl, 1663, 5, l).await.unwrap(), 4 * BLCKSZ as u64);
+    // A batch larger than the limit is the caller's error.
+    let distinct: Vec<_> = (0..5).map(|i| (RelTag::new(1663, 5, 30000 + i, 0), 0, l)).collect();
+    assert!(matches!(
+        get_rel_pages_batched(tl, &distinct).await,
+        Err(crate::tenant::GetVectoredError::TooManyKeys { .. })
+    ));
+}
+
+#[tokio::test]
+async fn large_modification_flushes_in_batches() {
+    let e = env(32).await;
+    let tl = &e.tl;
+    let big = RelTag::new(1663, 5, 20000, 0);
+    let n = (modification::FLUSH_BYTES / BLCKSZ) as u32 * 2 + 7;
+    let mut m = tl.begin_modification(Lsn(0x20));
+    m.init_empty().await.unwrap();
+    // Written out of order, as segments of a tar can be.
+    for blk in (n / 2..n).chain(0..n / 2) {
+        m.put_rel_page_image(big, blk, page(5, blk)).await.unwrap();
+        assert!(m.pending_bytes() < modification::FLUSH_BYTES + BLCKSZ);
+    }
+    let err = m.put_rel_page_image(big, 3, page(5, 3)).await.unwrap_err().to_string();
+    assert!(err.contains("written twice"), "{err}");
+    m.commit().await.unwrap();
+    assert_eq!(get_rel_size(tl, big, Lsn(0x20)).await.unwrap(), n);
+    let reqs: Vec<_> = [0, n / 2 - 1, n / 2, n - 1].iter().map(|&b| (big, b, Lsn(0x20))).collect();
+    let out = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    for (r, (_, b, _)) in out.iter().zip(&reqs) {
+        assert_eq!(r.as_ref().unwrap(), &page(5, *b));
+    }
+}

@@ -1,0 +1,489 @@
+//! Base-backup import of tars built in the test with the `tar` crate:
+//! relations (forks, 1 GiB segments, empty files), SLRUs, relmaps,
+//! control data, the spill path, malformed and truncated tars, interrupted
+//! imports and crash leftovers.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use pageserver::import::{import_basebackup, ImportError};
+use pageserver::pgdatadir_mapping::{
+    collect_keyspace, get_rel_pages_batched, get_rel_size, get_slru_segment, list_dbs, list_rels,
+    BLCKSZ, RELSEG_SIZE,
+};
+use pageserver::tenant::mgr::TenantManager;
+use pageserver::tenant::{StorageConf, Tenant, TenantError};
+use pageserver_api::key::Key;
+use pageserver_api::reltag::{RelTag, SlruKind};
+use tokio_util::sync::CancellationToken;
+use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
+
+const START: Lsn = Lsn(0x3000028);
+
+struct Env {
+    dir: tempfile::TempDir,
+    mgr: Arc<TenantManager>,
+    tenant: Arc<Tenant>,
+}
+
+async fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let mgr =
+        TenantManager::load(Arc::new(StorageConf::for_tests(dir.path())), CancellationToken::new())
+            .await
+            .unwrap();
+    let tenant = mgr.create_tenant(TenantId::generate()).await.unwrap();
+    Env { dir, mgr, tenant }
+}
+
+impl Env {
+    fn timelines_dir(&self) -> PathBuf {
+        self.dir.path().join("tenants").join(self.tenant.id().to_string()).join("timelines")
+    }
+
+    /// Nothing but finished timelines in the tenant's directory.
+    fn assert_no_leftovers(&self) {
+        let names: Vec<String> = std::fs::read_dir(self.timelines_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let finished: Vec<String> =
+            self.tenant.list_timelines().iter().map(|t| t.timeline_id.to_string()).collect();
+        for n in &names {
+            assert!(finished.contains(n), "leftover {n} in {}", self.timelines_dir().display());
+        }
+    }
+}
+
+/// A page whose bytes identify (file, block).
+fn page(seed: u32, blk: u32) -> Vec<u8> {
+    let mut p = vec![0u8; BLCKSZ];
+    for (i, chunk) in p.chunks_mut(8).enumerate() {
+        chunk[..4].copy_from_slice(&seed.to_le_bytes());
+        chunk[4..].copy_from_slice(&(blk ^ i as u32).to_le_bytes());
+    }
+    p
+}
+
+fn pages(seed: u32, first: u32, n: u32) -> Vec<u8> {
+    (first..first + n).flat_map(|b| page(seed, b)).collect()
+}
+
+/// pg_control in PostgreSQL 15's layout with a valid CRC.
+fn control(catversion: u32) -> Vec<u8> {
+    let mut b = vec![0u8; 8192];
+    b[0..8].copy_from_slice(&7_000_000u64.to_le_bytes());
+    b[8..12].copy_from_slice(&1300u32.to_le_bytes());
+    b[12..16].copy_from_slice(&catversion.to_le_bytes());
+    b[32..40].copy_from_slice(&0x30416A8u64.to_le_bytes());
+    b[40..48].copy_from_slice(&START.0.to_le_bytes());
+    b[48..52].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..296]);
+    b[296..300].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+enum E {
+    File(&'static str, Vec<u8>),
+    Dir(&'static str),
+    Symlink(&'static str, &'static str),
+}
+
+fn build_tar(entries: &[E]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let mut h = tar::Header::new_ustar();
+        h.set_mode(0o600);
+        match e {
+            E::File(p, data) => {
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_size(data.len() as u64);
+                b.append_data(&mut h, p, &data[..]).unwrap();
+            }
+            E::Dir(p) => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_size(0);
+                b.append_data(&mut h, p, io::empty()).unwrap();
+            }
+            E::Symlink(p, target) => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                b.append_link(&mut h, p, target).unwrap();
+            }
+        }
+    }
+    b.into_inner().unwrap()
+}
+
+fn label() -> Vec<u8> {
+    format!(
+        "START WAL LOCATION: {START} (file 000000010000000000000003)\nCHECKPOINT LOCATION: 0/30416A8\n\
+         BACKUP METHOD: streamed\nBACKUP FROM: primary\nSTART TIMELINE: 1\n"
+    )
+    .into_bytes()
+}
+
+/// A small but complete PG15 base backup; `version_last` puts PG_VERSION
+/// after the data (as a server's readdir order may).
+fn small_backup(version_last: bool) -> Vec<E> {
+    let mut v = vec![E::File("backup_label", label()), E::File("tablespace_map", Vec::new())];
+    if !version_last {
+        v.push(E::File("PG_VERSION", b"15\n".to_vec()));
+    }
+    v.extend([
+        E::File("postgresql.conf", b"shared_buffers = 1MB\n".to_vec()),
+        E::Dir("global"),
+        E::File("global/1262", pages(1262, 0, 1)),
+        E::File("global/pg_filenode.map", vec![0x17; 512]),
+        E::File("global/6100", Vec::new()),
+        E::Dir("base"),
+        E::Dir("base/5"),
+        E::File("base/5/PG_VERSION", b"15\n".to_vec()),
+        E::File("base/5/pg_filenode.map", vec![0x05; 512]),
+        E::File("base/5/16384", pages(16384, 0, 5)),
+        E::File("base/5/16384_fsm", pages(163841, 0, 3)),
+        E::File("base/5/16384_vm", pages(163842, 0, 1)),
+        E::File("base/5/16390_init", pages(16390, 0, 1)),
+        E::File("base/5/t3_16400", pages(1, 0, 1)),
+        E::Dir("base/1"),
+        E::File("base/1/1259", pages(1259, 0, 2)),
+        E::Symlink("pg_tblspc/16500", "/somewhere/else"),
+        E::Dir("pg_xact"),
+        E::File("pg_xact/0000", pages(7, 0, 3)),
+        E::File("pg_multixact/offsets/0000", pages(8, 0, 1)),
+        E::File("pg_multixact/members/0000", pages(9, 0, 1)),
+        E::File("pg_twophase/000002E6", b"two-phase state".to_vec()),
+    ]);
+    if version_last {
+        v.push(E::File("PG_VERSION", b"15\n".to_vec()));
+    }
+    v.push(E::File("global/pg_control", control(202209061)));
+    v
+}
+
+fn stream_of(
+    data: Vec<u8>,
+    chunk: usize,
+) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + Unpin {
+    let chunks: Vec<Result<Bytes, io::Error>> =
+        data.chunks(chunk).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+    futures::stream::iter(chunks)
+}
+
+/// Relation files of `entries` as rel -> concatenated pages.
+fn expected_rels(entries: &[E]) -> BTreeMap<RelTag, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for e in entries {
+        let E::File(p, data) = e else { continue };
+        let parts: Vec<&str> = p.split('/').collect();
+        let (spc, db, name) = match parts.as_slice() {
+            ["global", n] => (1664, 0, *n),
+            ["base", db, n] => (1663, db.parse().unwrap(), *n),
+            _ => continue,
+        };
+        let (base, fork) = match name.split_once('_') {
+            Some((b, "fsm")) => (b, 1),
+            Some((b, "vm")) => (b, 2),
+            Some((b, "init")) => (b, 3),
+            _ => (name, 0),
+        };
+        let Ok(relnode) = base.parse::<u32>() else { continue };
+        out.insert(RelTag::new(spc, db, relnode, fork), data.clone());
+    }
+    out
+}
+
+#[tokio::test]
+async fn imports_a_small_backup() {
+    for version_last in [false, true] {
+        let env = env().await;
+        let entries = small_backup(version_last);
+        let tar = build_tar(&entries);
+        let id = TimelineId::generate();
+        let tl = import_basebackup(env.tenant.clone(), id, stream_of(tar, 1000)).await.unwrap();
+        assert_eq!(tl.get_last_record_lsn(), START);
+        assert_eq!(tl.get_disk_consistent_lsn(), START, "durable when import returns");
+        assert_eq!(tl.get_initial_lsn(), Lsn(START.0 - 1));
+        assert_eq!(tl.pg_version, 15);
+        assert!(env.tenant.get_timeline(id).is_ok());
+
+        let dbs = list_dbs(&tl, START).await.unwrap();
+        assert_eq!(dbs, vec![((1663, 1), false), ((1663, 5), true), ((1664, 0), true)]);
+        let rels = expected_rels(&entries);
+        assert_eq!(rels.len(), 7);
+        let mut listed = list_rels(&tl, 1663, 5, START).await.unwrap();
+        listed.extend(list_rels(&tl, 1663, 1, START).await.unwrap());
+        listed.extend(list_rels(&tl, 1664, 0, START).await.unwrap());
+        listed.sort();
+        assert_eq!(
+            listed,
+            rels.keys().copied().collect::<Vec<_>>(),
+            "temp relation t3_16400 skipped"
+        );
+        for (rel, data) in &rels {
+            let n = (data.len() / BLCKSZ) as u32;
+            assert_eq!(get_rel_size(&tl, *rel, START).await.unwrap(), n, "{rel}");
+            let reqs: Vec<_> = (0..n).map(|b| (*rel, b, START)).collect();
+            for (b, r) in get_rel_pages_batched(&tl, &reqs).await.unwrap().iter().enumerate() {
+                assert_eq!(
+                    &r.as_ref().unwrap()[..],
+                    &data[b * BLCKSZ..(b + 1) * BLCKSZ],
+                    "{rel} block {b}"
+                );
+            }
+        }
+        let clog = get_slru_segment(&tl, SlruKind::Clog, 0, START).await.unwrap();
+        assert_eq!(&clog[..], &pages(7, 0, 3)[..], "short last SLRU segment");
+        assert_eq!(
+            &get_slru_segment(&tl, SlruKind::MultiXactMembers, 0, START).await.unwrap()[..],
+            &pages(9, 0, 1)[..]
+        );
+        assert_eq!(&tl.get(Key::relmap_file(1663, 5), START).await.unwrap()[..], &[5u8; 512][..]);
+        assert_eq!(&tl.get(Key::control_file(), START).await.unwrap()[..], &control(202209061)[..]);
+        let cp = tl.get(Key::checkpoint(), START).await.unwrap();
+        assert_eq!((cp.len(), &cp[..8]), (88, &START.0.to_le_bytes()[..]));
+        assert_eq!(
+            &tl.get(Key::twophase_file(0x2E6), START).await.unwrap()[..],
+            b"two-phase state"
+        );
+
+        // The keyspace lists every imported page, and nothing unreadable.
+        let ks = collect_keyspace(&tl, START).await.unwrap();
+        let total_pages: u64 = rels.values().map(|d| (d.len() / BLCKSZ) as u64).sum();
+        let rel_blocks: u64 = ks
+            .iter()
+            .map(|r| {
+                let mut n = 0;
+                let mut k = r.start;
+                while k < r.end {
+                    n += k.is_rel_block() as u64;
+                    k = k.next();
+                }
+                n
+            })
+            .sum();
+        assert_eq!(rel_blocks, total_pages);
+        env.assert_no_leftovers();
+    }
+}
+
+/// Streams a tar whose data is generated on the fly (no 1 GiB buffer).
+fn generated_tar(
+    files: Vec<(String, u32, u32)>,
+) -> impl Stream<Item = Result<Bytes, io::Error>> + Send + Unpin {
+    // (path, seed, nblocks) -> header, pages, padding; then the end marker.
+    let head =
+        build_tar(&[E::File("backup_label", label()), E::File("PG_VERSION", b"15\n".to_vec())]);
+    let head = Bytes::from(head[..head.len() - 1024].to_vec()); // without its end marker
+    let tail = {
+        let t = build_tar(&[E::File("global/pg_control", control(202209061))]);
+        Bytes::from(t)
+    };
+    let parts = futures::stream::iter(files).flat_map(|(path, seed, n)| {
+        let mut h = tar::Header::new_gnu();
+        h.set_path(&path).unwrap();
+        h.set_size(n as u64 * BLCKSZ as u64);
+        h.set_mode(0o600);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_cksum();
+        let header = Bytes::copy_from_slice(h.as_bytes());
+        futures::stream::iter(
+            std::iter::once(header).chain((0..n).map(move |b| Bytes::from(page(seed, b)))),
+        )
+    });
+    futures::stream::iter([head]).chain(parts).chain(futures::stream::iter([tail])).map(Ok).boxed()
+}
+
+#[tokio::test]
+async fn relation_across_segments() {
+    let env = env().await;
+    let rel = RelTag::new(1663, 5, 16384, 0);
+    // Segment 1 arrives before segment 0 (the server's readdir order).
+    let files =
+        vec![("base/5/16384.1".to_string(), 1, 3), ("base/5/16384".to_string(), 0, RELSEG_SIZE)];
+    let tl = import_basebackup(env.tenant.clone(), TimelineId::generate(), generated_tar(files))
+        .await
+        .unwrap();
+    assert_eq!(get_rel_size(&tl, rel, START).await.unwrap(), RELSEG_SIZE + 3);
+    let probes = [0, 1, RELSEG_SIZE - 1, RELSEG_SIZE, RELSEG_SIZE + 2, RELSEG_SIZE + 3];
+    let reqs: Vec<_> = probes.iter().map(|&b| (rel, b, START)).collect();
+    let out = get_rel_pages_batched(&tl, &reqs).await.unwrap();
+    for (&b, r) in probes.iter().zip(&out) {
+        let want = if b < RELSEG_SIZE {
+            page(0, b)
+        } else if b < RELSEG_SIZE + 3 {
+            page(1, b - RELSEG_SIZE)
+        } else {
+            vec![0; BLCKSZ]
+        };
+        assert_eq!(&r.as_ref().unwrap()[..], &want[..], "block {b}");
+    }
+}
+
+async fn expect_bad(env: &Env, tar: Vec<u8>, needle: &str) {
+    let id = TimelineId::generate();
+    match import_basebackup(env.tenant.clone(), id, stream_of(tar, 4096)).await {
+        Err(ImportError::BadTar(msg)) => {
+            assert!(msg.contains(needle), "expected '{needle}' in: {msg}")
+        }
+        Err(e) => panic!("expected BadTar with '{needle}', got {e:?}"),
+        Ok(_) => panic!("expected BadTar with '{needle}', import succeeded"),
+    }
+    assert!(matches!(env.tenant.get_timeline(id), Err(TenantError::NotFound(_))));
+    env.assert_no_leftovers();
+    // The same id can be imported afterwards.
+    import_basebackup(env.tenant.clone(), id, stream_of(build_tar(&small_backup(false)), 4096))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn bad_tars_are_rejected_and_leave_nothing() {
+    let env = env().await;
+    let good = build_tar(&small_backup(false));
+    let with = |f: &dyn Fn(&mut Vec<E>)| {
+        let mut e = small_backup(false);
+        f(&mut e);
+        build_tar(&e)
+    };
+
+    expect_bad(&env, vec![b'x'; 5000], "not a tar archive").await;
+    expect_bad(&env, Vec::new(), "truncated").await;
+    expect_bad(&env, good[..good.len() / 2].to_vec(), "truncated").await;
+    // Cut exactly after pg_control's data: no end-of-archive marker.
+    expect_bad(&env, good[..good.len() - 1024].to_vec(), "end-of-archive").await;
+    let mut corrupt = good.clone();
+    corrupt[512 * 3 + 100] ^= 0x55; // inside the header of the second entry
+    expect_bad(&env, corrupt, "checksum").await;
+    expect_bad(
+        &env,
+        with(&|e| {
+            e.pop();
+        }),
+        "no global/pg_control",
+    )
+    .await;
+    expect_bad(
+        &env,
+        with(&|e| e.insert(5, E::File("base/5/16999", vec![1; 1000]))),
+        "'base/5/16999' is 1000 bytes, not a multiple",
+    )
+    .await;
+    expect_bad(
+        &env,
+        with(&|e| e[2] = E::File("PG_VERSION", b"14\n".to_vec())),
+        "PostgreSQL 14 is not supported",
+    )
+    .await;
+    expect_bad(
+        &env,
+        with(&|e| e.insert(9, E::File("base/5/16384", pages(1, 0, 1)))),
+        "appears twice",
+    )
+    .await;
+    expect_bad(
+        &env,
+        with(&|e| *e.last_mut().unwrap() = E::File("global/pg_control", control(202307071))),
+        "written by PostgreSQL 16",
+    )
+    .await;
+    let mut bad_control = control(202209061);
+    bad_control[40] ^= 1;
+    expect_bad(
+        &env,
+        with(&|e| *e.last_mut().unwrap() = E::File("global/pg_control", bad_control.clone())),
+        "checksum",
+    )
+    .await;
+    expect_bad(
+        &env,
+        with(&|e| {
+            e.remove(0);
+            e.remove(1);
+        }),
+        "no PG_VERSION",
+    )
+    .await;
+    expect_bad(
+        &env,
+        with(&|e| e[0] = E::File("backup_label", b"LABEL: x\n".to_vec())),
+        "backup_label",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn existing_timeline_is_a_conflict() {
+    let env = env().await;
+    let id = TimelineId::generate();
+    let tar = build_tar(&small_backup(false));
+    import_basebackup(env.tenant.clone(), id, stream_of(tar.clone(), 4096)).await.unwrap();
+    let Err(err) = import_basebackup(env.tenant.clone(), id, stream_of(tar, 4096)).await else {
+        panic!("second import succeeded")
+    };
+    assert!(matches!(err, ImportError::AlreadyExists(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn interrupted_stream_leaves_nothing_and_can_be_retried() {
+    let env = env().await;
+    let id = TimelineId::generate();
+    let tar = build_tar(&small_backup(false));
+    let half: Vec<Result<Bytes, io::Error>> = vec![
+        Ok(Bytes::copy_from_slice(&tar[..tar.len() / 2])),
+        Err(io::Error::new(io::ErrorKind::ConnectionReset, "client went away")),
+    ];
+    let Err(err) = import_basebackup(env.tenant.clone(), id, futures::stream::iter(half)).await
+    else {
+        panic!("import of a broken stream succeeded")
+    };
+    assert!(matches!(err, ImportError::Other(_)), "{err:?}");
+    assert!(err.to_string().contains("client went away"), "{err}");
+    env.assert_no_leftovers();
+    import_basebackup(env.tenant.clone(), id, stream_of(tar, 4096)).await.unwrap();
+}
+
+/// A crash (kill -9) in the middle of an import: the timeline's temp
+/// directory stays on disk; the next start removes it and the import can be
+/// retried.
+#[tokio::test]
+async fn crash_during_import_leaves_nothing_after_restart() {
+    let env = env().await;
+    let id = TimelineId::generate();
+    let tar = build_tar(&small_backup(false));
+    let first_half = Bytes::copy_from_slice(&tar[..tar.len() / 2]);
+    let stalled = futures::stream::iter([Ok(first_half)]).chain(futures::stream::pending());
+    let mut import = Box::pin(import_basebackup(env.tenant.clone(), id, stalled));
+    assert!(tokio::time::timeout(std::time::Duration::from_millis(500), &mut import)
+        .await
+        .is_err());
+    let temp_dirs = || -> Vec<PathBuf> {
+        std::fs::read_dir(env.timelines_dir()).unwrap().map(|e| e.unwrap().path()).collect()
+    };
+    assert_eq!(temp_dirs().len(), 1, "import in progress has its temp directory");
+    // "Crash": no destructor runs.
+    std::mem::forget(import);
+    env.mgr.shutdown().await;
+
+    let mgr = TenantManager::load(
+        Arc::new(StorageConf::for_tests(env.dir.path())),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let tenant = mgr.get_tenant(env.tenant.id()).unwrap();
+    assert!(tenant.get_timeline(id).is_err());
+    assert!(temp_dirs().is_empty(), "restart removed the half-made timeline: {:?}", temp_dirs());
+    let tl = import_basebackup(tenant.clone(), id, stream_of(tar, 4096)).await.unwrap();
+    assert_eq!(tl.get_last_record_lsn(), START);
+    assert!(dir_exists(&env.timelines_dir().join(id.to_string())));
+}
+
+fn dir_exists(p: &Path) -> bool {
+    p.is_dir()
+}

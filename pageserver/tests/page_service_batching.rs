@@ -1,0 +1,170 @@
+//! Batching as observed through the page service metrics (its own test binary,
+//! so the process-global metrics only count this test's traffic): pipelined
+//! getpages fold into one vectored get per batch, batches break for the
+//! documented reasons, and duplicates within a batch are all answered.
+
+mod page_service_support;
+
+use std::num::NonZeroUsize;
+
+use page_service_support::req::*;
+use page_service_support::*;
+use pageserver::page_service::PageServiceConf;
+use pageserver_api::config::{
+    PageServicePipeliningConfig, PageServicePipeliningConfigPipelined,
+    PageServiceProtocolPipelinedBatchingStrategy as Batching,
+    PageServiceProtocolPipelinedExecutionStrategy as Execution,
+};
+use pageserver_api::pagestream::PagestreamProtocolVersion::V3;
+use pageserver_api::pagestream::{PagestreamBeMessage, PagestreamFeMessage};
+use utils::lsn::Lsn;
+
+fn pipelined(max: usize, batching: Batching) -> PageServiceConf {
+    PageServiceConf {
+        pipelining: PageServicePipeliningConfig::Pipelined(PageServicePipeliningConfigPipelined {
+            max_batch_size: NonZeroUsize::new(max).unwrap(),
+            execution: Execution::ConcurrentFutures,
+            batching,
+        }),
+        ..PageServiceConf::default()
+    }
+}
+
+/// The value of one sample line (`name{labels}`) of the metrics text.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Snapshot {
+    batches: f64,
+    batched_pages: f64,
+    vectored_gets: f64,
+    started: f64,
+    executed: f64,
+    full: f64,
+    non_uniform: f64,
+    same_page: f64,
+    non_batchable: f64,
+}
+
+fn snapshot() -> Snapshot {
+    let t = pageserver::metrics::encode_text().unwrap();
+    Snapshot {
+        batches: sample(&t, "pageserver_page_service_batch_size_count"),
+        batched_pages: sample(&t, "pageserver_page_service_batch_size_sum"),
+        vectored_gets: sample(
+            &t,
+            "pageserver_get_vectored_seconds_count{task_kind=\"PageRequestHandler\"}",
+        ),
+        started: sample(
+            &t,
+            "pageserver_smgr_query_started_count{smgr_query_type=\"get_page_at_lsn\"}",
+        ),
+        executed: sample(
+            &t,
+            "pageserver_smgr_query_seconds_count{smgr_query_type=\"get_page_at_lsn\"}",
+        ),
+        full: sample(&t, "pageserver_page_service_batch_break_reason_total{reason=\"batch_full\"}"),
+        non_uniform: sample(
+            &t,
+            "pageserver_page_service_batch_break_reason_total{reason=\"non_uniform_lsn\"}",
+        ),
+        same_page: sample(
+            &t,
+            "pageserver_page_service_batch_break_reason_total{reason=\"same_page_different_lsn\"}",
+        ),
+        non_batchable: sample(
+            &t,
+            "pageserver_page_service_batch_break_reason_total{reason=\"non_batchable_request\"}",
+        ),
+    }
+}
+
+fn delta(after: Snapshot, before: Snapshot) -> Snapshot {
+    Snapshot {
+        batches: after.batches - before.batches,
+        batched_pages: after.batched_pages - before.batched_pages,
+        vectored_gets: after.vectored_gets - before.vectored_gets,
+        started: after.started - before.started,
+        executed: after.executed - before.executed,
+        full: after.full - before.full,
+        non_uniform: after.non_uniform - before.non_uniform,
+        same_page: after.same_page - before.same_page,
+        non_batchable: after.non_batchable - before.non_batchable,
+    }
+}
+
+/// Sends `reqs` in one write on a fresh stream; checks every page; returns
+/// the metric deltas.
+async fn run(env: &TestEnv, addr: std::net::SocketAddr, reqs: &[PagestreamFeMessage]) -> Snapshot {
+    let mut c = PgConn::connect(addr).await;
+    c.startup(None).await.unwrap();
+    c.start_pagestream(env.tenant_id, env.timeline_id, V3).await.unwrap();
+    let before = snapshot();
+    let resps = c.pipeline(reqs, V3).await;
+    let d = delta(snapshot(), before);
+    for (r, resp) in reqs.iter().zip(&resps) {
+        assert_eq!(resp.request_header(), r.header());
+        if let (PagestreamFeMessage::GetPage(g), PagestreamBeMessage::GetPage(p)) = (r, resp) {
+            let lsn = g.hdr.request_lsn.min(L2);
+            assert!(p.page == expected_page(g.rel, g.blkno, lsn).unwrap(), "{r:?}");
+        }
+    }
+    d
+}
+
+fn pages(blocks: impl IntoIterator<Item = (u32, Lsn)>) -> Vec<PagestreamFeMessage> {
+    blocks
+        .into_iter()
+        .enumerate()
+        .map(|(i, (blk, lsn))| get_page(hdr(i as u64, lsn, Lsn(0)), REL_A, blk))
+        .collect()
+}
+
+#[tokio::test]
+async fn pipelined_getpages_batch_into_vectored_gets() {
+    let mut env = TestEnv::start(pipelined(32, Batching::ScatteredLsn)).await;
+    let scattered = env.addr;
+    let small = env.spawn_service(pipelined(4, Batching::ScatteredLsn));
+    let uniform = env.spawn_service(pipelined(32, Batching::UniformLsn));
+
+    // 32 getpages arriving together: one or two batches, one vectored get each.
+    let d = run(&env, scattered, &pages((0..32).map(|i| (i % 12, Lsn::MAX)))).await;
+    assert_eq!((d.started, d.executed, d.batched_pages), (32.0, 32.0, 32.0), "{d:?}");
+    assert!(d.batches <= 2.0, "32 requests in one write should batch: {d:?}");
+    assert_eq!(d.vectored_gets, d.batches, "one vectored get per batch: {d:?}");
+
+    // max_batch_size 4: at least 8 batches, broken because full.
+    let d = run(&env, small, &pages((0..32).map(|i| (i % 12, Lsn::MAX)))).await;
+    assert_eq!(d.batched_pages, 32.0, "{d:?}");
+    assert!(d.batches >= 8.0 && d.full >= 7.0, "{d:?}");
+
+    // Alternating LSNs: uniform-lsn breaks at every change, scattered-lsn does not.
+    let alternating: Vec<(u32, Lsn)> =
+        (0..8).map(|i| (i, if i / 2 % 2 == 0 { L1 } else { L2 })).collect();
+    let d = run(&env, uniform, &pages(alternating.clone())).await;
+    assert!(d.batches >= 4.0 && d.non_uniform >= 3.0, "{d:?}");
+    let d = run(&env, scattered, &pages(alternating)).await;
+    assert_eq!(d.non_uniform, 0.0, "{d:?}");
+    assert!(d.batches <= 2.0, "{d:?}");
+
+    // scattered-lsn: the same page at another LSN breaks the batch.
+    let d = run(&env, scattered, &pages([(1, L1), (2, L1), (1, L2), (2, L2)])).await;
+    assert!(d.batches >= 2.0 && d.same_page >= 1.0, "{d:?}");
+
+    // Other request types break batches and are answered in order.
+    let mut mixed = pages([(0, Lsn::MAX), (1, Lsn::MAX)]);
+    mixed.push(nblocks(hdr(2, Lsn::MAX, Lsn(0)), REL_A));
+    mixed.extend(pages([(3, Lsn::MAX), (4, Lsn::MAX)]));
+    let d = run(&env, scattered, &mixed).await;
+    assert!(d.non_batchable >= 1.0 && d.batches >= 2.0, "{d:?}");
+
+    // Duplicates in one batch: every request gets its page.
+    let d = run(&env, scattered, &pages([(7, Lsn::MAX); 5])).await;
+    assert_eq!(d.batched_pages, 5.0, "{d:?}");
+    env.stop().await;
+}
