@@ -214,6 +214,8 @@ async fn protocol_errors_end_the_stream_after_earlier_responses() {
         let mut c = env.pagestream(V2).await;
         c.write_raw(&[b'd', 0, 0]).await;
         c.stream.shutdown().await.unwrap();
+        let e = c.expect_error().await;
+        assert!(e.message.contains("in the middle of a message"), "{e:?}");
         c.expect_eof().await;
         env.stop().await;
     }

@@ -57,7 +57,7 @@ def test_page_service_metrics_move(pageserver, small_backup):
     rel = max(small_backup.relations, key=small_backup.nblocks)
     http = pageserver.http_client()
     before = http.metrics()
-    n = 200
+    n = 3000  # enough work for the CPU gauge (clock-tick resolution) to move
     with pageserver.pagestream(tl.tenant_id, tl.timeline_id) as c:
         pages = [(rel, i % small_backup.nblocks(rel)) for i in range(n)]
         for _, resp in c.get_pages_pipelined(pages, depth=32):

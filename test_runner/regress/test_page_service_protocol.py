@@ -37,6 +37,7 @@ PROTOCOL_ERRORS_ALLOWED = [
     r"(?i)not found|no such",
     r"(?i)protocol",
     r"(?i)timed? ?out|timeout",
+    r"closing connection from .*: (message of \d+ bytes exceeds the limit|client sent Copy(Done|Fail))",
 ]
 
 
@@ -127,6 +128,15 @@ def test_request_lsn_below_not_modified_since(served, version):
         assert isinstance(c.get_page(rel, 0, lsn=last_lsn, nms=last_lsn), GetPageResponse)
 
 
+def test_unknown_slru_kind_is_in_band_error(served):
+    """As in Neon, the kind byte is checked by the handler: a per-request error."""
+    ps, tl, rel, _, _ = served
+    with ps.pagestream(tl.tenant_id, tl.timeline_id) as c:
+        assert_error(c.request(GetSlruSegmentRequest(9, 0, c._hdr(LSN_MAX, 0))))
+        assert_error(c.slru_segment(0, 0x7FFF))  # a segment that does not exist
+        assert isinstance(c.get_page(rel, 0), GetPageResponse)
+
+
 def test_unknown_relation_and_relnode_zero(served):
     ps, tl, rel, _, _ = served
     missing = RelTag(rel.spcnode, rel.dbnode, 999_999_999, 0)
@@ -183,7 +193,6 @@ MALFORMED = {
     "unknown_tag": lambda rel: bytes([42]) + encode_request(GetPageRequest(rel, 0, Header(1, LSN_MAX, 0)), 3)[1:],
     "response_tag": lambda rel: bytes([102]) + encode_request(GetPageRequest(rel, 0, Header(1, LSN_MAX, 0)), 3)[1:],
     "empty": lambda rel: b"",
-    "bad_slru_kind": lambda rel: encode_request(GetSlruSegmentRequest(9, 0, Header(1, LSN_MAX, 0)), 3),
 }
 
 

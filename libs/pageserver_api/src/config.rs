@@ -48,3 +48,55 @@ impl Default for PageServicePipeliningConfig {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<PageServicePipeliningConfig, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    #[test]
+    fn pipelining_shapes() {
+        assert_eq!(parse(r#"{"mode": "serial"}"#).unwrap(), PageServicePipeliningConfig::Serial);
+        let p =
+            parse(r#"{"mode": "pipelined", "max_batch_size": 8, "execution": "tasks"}"#).unwrap();
+        let PageServicePipeliningConfig::Pipelined(p) = p else { panic!("not pipelined") };
+        assert_eq!(p.max_batch_size.get(), 8);
+        assert_eq!(p.execution, PageServiceProtocolPipelinedExecutionStrategy::Tasks);
+        assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::ScatteredLsn);
+        let p = parse(
+            r#"{"mode": "pipelined", "max_batch_size": 1, "execution": "concurrent-futures",
+                "batching": "uniform-lsn"}"#,
+        )
+        .unwrap();
+        let PageServicePipeliningConfig::Pipelined(p) = p else { panic!("not pipelined") };
+        assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::UniformLsn);
+    }
+
+    #[test]
+    fn pipelining_rejects_bad_shapes() {
+        for bad in [
+            r#"{"mode": "eager"}"#,
+            r#"{"mode": "pipelined", "max_batch_size": 0, "execution": "tasks"}"#,
+            r#"{"mode": "pipelined", "execution": "tasks"}"#,
+            r#"{"mode": "pipelined", "max_batch_size": 4, "execution": "threads"}"#,
+            r#"{"mode": "pipelined", "max_batch_size": 4, "execution": "tasks", "x": 1}"#,
+        ] {
+            assert!(parse(bad).is_err(), "{bad} must be rejected");
+        }
+    }
+
+    #[test]
+    fn default_is_pipelined_32_concurrent_futures_scattered() {
+        let d = PageServicePipeliningConfig::default();
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"mode": "pipelined", "max_batch_size": 32,
+                               "execution": "concurrent-futures", "batching": "scattered-lsn"})
+        );
+        assert_eq!(serde_json::from_value::<PageServicePipeliningConfig>(json).unwrap(), d);
+    }
+}

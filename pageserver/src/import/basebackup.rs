@@ -49,8 +49,14 @@ use crate::tenant::{Tenant, TenantError, Timeline};
 /// Largest `backup_label`, `PG_VERSION`, `pg_control` or two-phase file read
 /// into memory.
 const SMALL_FILE_LIMIT: u64 = 8 * 1024 * 1024;
-/// `RELMAPPER_FILESIZE` in PostgreSQL 15..17.
-const RELMAP_FILE_SIZE: u64 = 512;
+/// `RELMAPPER_FILESIZE`: 512 bytes in PostgreSQL 15, 524 from 16 on.
+fn relmap_file_size(pg_version: u32) -> u64 {
+    if pg_version <= 15 {
+        512
+    } else {
+        524
+    }
+}
 /// Chunk size when copying entries to the spill file.
 const SPILL_CHUNK: usize = 256 * 1024;
 
@@ -164,7 +170,7 @@ where
             entry.path, entry.size
         )));
     }
-    Ok(Source::Tar(tar).read_exact(entry.size as usize, &entry.path).await?)
+    Source::Tar(tar).read_exact(entry.size as usize, &entry.path).await
 }
 
 fn utf8(entry: &Entry, b: &[u8]) -> Result<String, ImportError> {
@@ -287,6 +293,7 @@ async fn import_into<S>(
 where
     S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
 {
+    let pg_version = pre.version.expect("decided before the timeline was created");
     let mut m = tl.begin_modification(lsn);
     m.init_empty().await?;
 
@@ -294,15 +301,8 @@ where
         let mut reader = spill.into_reader().await.context("rewind the import spill file")?;
         while let Some(e) = reader.next_entry().await.context("read the import spill file")? {
             let class = classify(&e.path, e.is_dir);
-            import_entry::<S>(
-                &mut m,
-                &e.path,
-                class,
-                e.size,
-                &mut Source::Spill(&mut reader),
-                stats,
-            )
-            .await?;
+            let src = &mut Source::Spill(&mut reader);
+            import_entry::<S>(&mut m, pg_version, &e.path, class, e.size, src, stats).await?;
         }
     }
 
@@ -325,7 +325,8 @@ where
                 }
                 class => {
                     let (path, size) = (entry.path.clone(), entry.size);
-                    import_entry(&mut m, &path, class, size, &mut Source::Tar(tar), stats).await?;
+                    let src = &mut Source::Tar(tar);
+                    import_entry(&mut m, pg_version, &path, class, size, src, stats).await?;
                 }
             }
         }
@@ -338,11 +339,10 @@ where
     })?;
     let cd = parse_control(&control)
         .map_err(|e| ImportError::BadTar(format!("global/pg_control: {e}")))?;
-    let version = pre.version.expect("decided");
     if let Some(major) = cd.major_version() {
-        if major != version {
+        if major != pg_version {
             return Err(ImportError::BadTar(format!(
-                "PG_VERSION says {version} but global/pg_control was written by PostgreSQL {major} \
+                "PG_VERSION says {pg_version} but global/pg_control was written by PostgreSQL {major} \
                  (catalog version {})",
                 cd.catalog_version_no
             )));
@@ -362,6 +362,7 @@ where
 /// file, database directory).
 async fn import_entry<S>(
     m: &mut DatadirModification<'_>,
+    pg_version: u32,
     path: &str,
     class: PgFile,
     size: u64,
@@ -372,7 +373,7 @@ where
     S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
 {
     let blocks = |what: &str| -> Result<u32, ImportError> {
-        if size % BLCKSZ as u64 != 0 {
+        if !size.is_multiple_of(BLCKSZ as u64) {
             return Err(ImportError::BadTar(format!(
                 "{what} '{path}' is {size} bytes, not a multiple of the {BLCKSZ}-byte page size"
             )));
@@ -382,9 +383,10 @@ where
     match class {
         PgFile::DbDir { spc, db } => m.put_db_dir_creation(spc, db).await?,
         PgFile::Relmap { spc, db } => {
-            if size != RELMAP_FILE_SIZE {
+            let expected = relmap_file_size(pg_version);
+            if size != expected {
                 return Err(ImportError::BadTar(format!(
-                    "relmap file '{path}' is {size} bytes, expected {RELMAP_FILE_SIZE}"
+                    "relmap file '{path}' is {size} bytes, expected {expected} for PostgreSQL {pg_version}"
                 )));
             }
             let img = src.read_exact(size as usize, path).await?;

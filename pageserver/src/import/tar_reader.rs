@@ -177,7 +177,8 @@ where
     }
 
     fn truncated(&self, what: &str) -> TarError {
-        TarError::Malformed(format!("tar is truncated: it ends after {} bytes {what}", self.offset))
+        let received = self.offset + self.buf.len() as u64;
+        TarError::Malformed(format!("tar is truncated: it ends after {received} bytes, {what}"))
     }
 
     /// Skip what is left of the current entry (data and padding).

@@ -65,6 +65,8 @@ pub async fn serve(
     cancel: CancellationToken,
 ) {
     METRICS.live_connections.inc();
+    // Decrements even if the task is dropped (runtime shutdown).
+    let _live = scopeguard(|| METRICS.live_connections.dec());
     // Responses are flushed once per batch; Nagle would only add latency.
     if let Err(e) = socket.set_nodelay(true) {
         debug!("set_nodelay failed for {peer}: {e}");
@@ -97,7 +99,19 @@ pub async fn serve(
             }
         }
     }
-    METRICS.live_connections.dec();
+}
+
+/// Runs `f` when dropped.
+struct ScopeGuard<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for ScopeGuard<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+fn scopeguard<F: FnMut()>(f: F) -> ScopeGuard<F> {
+    ScopeGuard(f)
 }
 
 impl Connection {

@@ -33,8 +33,9 @@
 //! # Execution strategies
 //!
 //! - `concurrent-futures`: reader and executor are two futures joined in the
-//!   connection's task. While the executor awaits (IO, socket), the reader
-//!   runs and folds; when the reader's socket read would block, the executor
+//!   connection's task, the reader polled first on every wake-up. While the
+//!   executor awaits (IO, socket), the reader runs and folds; when the
+//!   reader's socket read would block (or its fold is refused), the executor
 //!   runs.
 //! - `tasks`: the reader is a separate tokio task (it owns the read half);
 //!   the executor stays in the connection's task. Cross-task wake-ups cost a
@@ -108,7 +109,10 @@ pub async fn run(
     };
     match conf.execution {
         Execution::ConcurrentFutures => {
-            let (reader, res) = tokio::join!(read_half, exec_half);
+            // `futures::future::join` polls the reader first on every wake-up
+            // (tokio's `join!` rotates), so everything already in the socket
+            // is folded into the pending batch before the executor takes it.
+            let (reader, res) = futures::future::join(read_half, exec_half).await;
             (res, Some(reader))
         }
         Execution::Tasks => {

@@ -54,11 +54,8 @@ impl DatadirCache {
         let mut map = self.rel_sizes.write().unwrap();
         let len = map.len();
         match map.get_mut(&rel) {
-            Some(entry) => {
-                if entry.0 < lsn {
-                    *entry = (lsn, size);
-                }
-            }
+            Some(entry) if entry.0 < lsn => *entry = (lsn, size),
+            Some(_) => {}
             None if len < MAX_ENTRIES => {
                 map.insert(rel, (lsn, size));
             }

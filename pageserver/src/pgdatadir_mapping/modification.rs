@@ -303,8 +303,8 @@ impl<'t> DatadirModification<'t> {
     /// Make sure database (spc, db) exists, with an empty relation directory.
     pub async fn put_db_dir_creation(&mut self, spc: u32, db: u32) -> anyhow::Result<()> {
         let d = self.dbdir().await?;
-        if !d.0.dbs.contains_key(&(spc, db)) {
-            d.0.dbs.insert((spc, db), false);
+        if let std::collections::btree_map::Entry::Vacant(v) = d.0.dbs.entry((spc, db)) {
+            v.insert(false);
             d.1 = true;
         }
         let r = self.reldir(spc, db).await?;

@@ -80,7 +80,7 @@ pub fn expected_page(rel: RelTag, blk: u32, lsn: Lsn) -> Option<Bytes> {
     if blk >= n {
         return Some(zero_page());
     }
-    let version = if rel == REL_A && lsn >= L2 && (blk < 3 || blk >= 10) { 2 } else { 1 };
+    let version = if rel == REL_A && lsn >= L2 && !(3..10).contains(&blk) { 2 } else { 1 };
     Some(page_image(rel.relnode, blk, version))
 }
 
@@ -495,6 +495,32 @@ impl PgConn {
         self.flush().await;
         self.recv_response(v).await
     }
+}
+
+/// Starts a pagestream whose client floods requests and never reads. The
+/// returned read half keeps the socket open (and unread) until dropped; the
+/// task writing the flood ends when the server closes the connection.
+pub async fn slow_reader(
+    env: &TestEnv,
+    addr: std::net::SocketAddr,
+) -> (tokio::task::JoinHandle<()>, tokio::net::tcp::OwnedReadHalf) {
+    let mut c = PgConn::connect(addr).await;
+    c.startup(None).await.unwrap();
+    c.start_pagestream(env.tenant_id, env.timeline_id, PagestreamProtocolVersion::V2)
+        .await
+        .unwrap();
+    for i in 0..5000u32 {
+        c.push_request(
+            &req::get_page(req::latest(i as u64), REL_A, i % 12),
+            PagestreamProtocolVersion::V2,
+        );
+    }
+    let flood = c.wbuf().split();
+    let (rd, mut wr) = c.stream.into_split();
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(&flood).await;
+    });
+    (writer, rd)
 }
 
 /// Request builders.

@@ -1,11 +1,15 @@
-//! Batching as observed through the page service metrics (its own test binary,
-//! so the process-global metrics only count this test's traffic): pipelined
-//! getpages fold into one vectored get per batch, batches break for the
-//! documented reasons, and duplicates within a batch are all answered.
+//! Behaviour observed through the page service metrics. This is its own test
+//! binary and its tests take `METRICS_LOCK`, so the process-global metrics
+//! only count one test's traffic:
+//! - pipelined getpages fold into one vectored get per batch, batches break
+//!   for the documented reasons, duplicates within a batch are all answered;
+//! - tenant deletion closes the connection of a client that never reads
+//!   (the live-connections gauge drops without the client reading a byte).
 
 mod page_service_support;
 
 use std::num::NonZeroUsize;
+use std::time::{Duration, Instant};
 
 use page_service_support::req::*;
 use page_service_support::*;
@@ -18,6 +22,9 @@ use pageserver_api::config::{
 use pageserver_api::pagestream::PagestreamProtocolVersion::V3;
 use pageserver_api::pagestream::{PagestreamBeMessage, PagestreamFeMessage};
 use utils::lsn::Lsn;
+
+/// Serializes the tests of this binary (metrics are process-global).
+static METRICS_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn pipelined(max: usize, batching: Batching) -> PageServiceConf {
     PageServiceConf {
@@ -127,6 +134,7 @@ fn pages(blocks: impl IntoIterator<Item = (u32, Lsn)>) -> Vec<PagestreamFeMessag
 
 #[tokio::test]
 async fn pipelined_getpages_batch_into_vectored_gets() {
+    let _lock = METRICS_LOCK.lock().await;
     let mut env = TestEnv::start(pipelined(32, Batching::ScatteredLsn)).await;
     let scattered = env.addr;
     let small = env.spawn_service(pipelined(4, Batching::ScatteredLsn));
@@ -167,4 +175,66 @@ async fn pipelined_getpages_batch_into_vectored_gets() {
     let d = run(&env, scattered, &pages([(7, Lsn::MAX); 5])).await;
     assert_eq!(d.batched_pages, 5.0, "{d:?}");
     env.stop().await;
+}
+
+fn live_connections() -> f64 {
+    let t = pageserver::metrics::encode_text().unwrap();
+    sample(&t, "pageserver_live_connections{pageserver_connection_kind=\"page_service\"}")
+}
+
+async fn wait_for_live_connections(n: f64, within: Duration) -> Result<(), f64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = live_connections();
+        if now == n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(now);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_deletion_closes_connections_of_clients_that_never_read() {
+    let _lock = METRICS_LOCK.lock().await;
+    for conf in [
+        PageServiceConf { pipelining: PageServicePipeliningConfig::Serial, ..Default::default() },
+        pipelined(32, Batching::ScatteredLsn),
+        PageServiceConf {
+            pipelining: PageServicePipeliningConfig::Pipelined(
+                PageServicePipeliningConfigPipelined {
+                    max_batch_size: NonZeroUsize::new(32).unwrap(),
+                    execution: Execution::Tasks,
+                    batching: Batching::ScatteredLsn,
+                },
+            ),
+            ..Default::default()
+        },
+    ] {
+        let what = format!("{:?}", conf.pipelining);
+        let env = TestEnv::start(conf).await;
+        let base = live_connections();
+        let flooders = [slow_reader(&env, env.addr).await, slow_reader(&env, env.addr).await];
+        wait_for_live_connections(base + 2.0, Duration::from_secs(5)).await.unwrap();
+        // Let the server fill the socket buffers and block on its writes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(live_connections(), base + 2.0, "{what}: connections must still be open");
+
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), env.tenants.delete_tenant(env.tenant_id))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: tenant deletion blocked"))
+            .unwrap();
+        // The clients read nothing, yet their connections end promptly.
+        wait_for_live_connections(base, Duration::from_secs(2))
+            .await
+            .unwrap_or_else(|n| panic!("{what}: {n} connections still open after deletion"));
+        assert!(started.elapsed() < Duration::from_secs(3), "{what}: {:?}", started.elapsed());
+        for (writer, _read_half) in flooders {
+            tokio::time::timeout(TEST_TIMEOUT, writer).await.unwrap().unwrap();
+        }
+        env.stop().await;
+    }
 }
