@@ -2,10 +2,11 @@
 test_runner/performance).
 
 Every test gets its own output directory under <repo>/test_output/<test name>/
-(pageserver workdirs, logs, PostgreSQL clusters), removed after a passing test
-unless --keep-output is given. At teardown every pageserver the test started
-is stopped gracefully (bounded) and its log is scanned: an ERROR or WARN line
-that matches neither the global nor the test's allow-list fails the test.
+(pageserver workdirs, logs, PostgreSQL clusters), removed after a passing or
+skipped test unless --keep-output is given. At teardown every pageserver the
+test started is stopped gracefully (bounded) and its log is scanned: an ERROR
+or WARN line that matches neither the global nor the test's allow-list fails
+the test.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def test_output_dir(request) -> Path:
         shutil.rmtree(d)
     d.mkdir(parents=True)
     yield d
-    rep = getattr(request.node, "rep_call", None)
-    passed = rep is not None and rep.passed
-    if passed and not request.config.getoption("--keep-output"):
+    reports = [getattr(request.node, f"rep_{w}", None) for w in ("setup", "call")]
+    failed = any(r is not None and r.failed for r in reports)
+    if not failed and not request.config.getoption("--keep-output"):
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -122,7 +123,8 @@ def testing_pageserver_bin() -> Path:
     if b is None:
         pytest.skip(
             "failpoint test: set PAGESERVER_TESTING_BIN to a pageserver built with "
-            "`cargo build --release -p pageserver --features testing` (e.g. in target/release-testing)"
+            "`cargo build --release -p pageserver --features testing --target-dir target/testing` "
+            "(then PAGESERVER_TESTING_BIN=target/testing/release/pageserver)"
         )
     return b
 
@@ -132,6 +134,8 @@ def vanilla_pg(test_output_dir, port_distributor):
     pg = VanillaPostgres(test_output_dir / "vanilla_pg", port_distributor.get())
     yield pg
     pg.stop(mode="immediate")
+    if pg.link is not None:
+        pg.remove()  # lives outside test_output
 
 
 def _cached_backup(port_distributor, name: str, setup) -> BaseBackup:
@@ -157,7 +161,7 @@ def _cached_backup(port_distributor, name: str, setup) -> BaseBackup:
         pg.basebackup_tar(cache / "backup")
     finally:
         pg.stop(mode="immediate")
-    shutil.rmtree(cache / "pg", ignore_errors=True)
+    pg.remove()
     marker.write_text(json.dumps({"postgres": version}))
     return scan_basebackup(tar)
 

@@ -100,3 +100,20 @@ def test_no_timelines_is_a_clear_error(pageserver):
     )
     assert res.returncode != 0
     assert "no timelines" in res.stderr
+
+
+def test_ctrl_c_prints_report(pageserver, imported):
+    """Without --runtime it runs until SIGINT, then drains and reports."""
+    import signal
+
+    proc = subprocess.Popen(
+        [str(pagebench_bin()), "get-page-latest-lsn", "--mgmt-api-endpoint", pageserver.http_endpoint,
+         "--page-service-connstring", pageserver.connstring, "--queue-depth", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    t = json.loads(out)["total"]
+    assert t["request_count"] > 0 and t["error_count"] == 0, t

@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn text_round_trip() {
-        let lsn = Lsn(0x1_16B3_748);
+        let lsn = Lsn(0x1_016B_3748);
         assert_eq!(lsn.to_string(), "1/16B3748");
         assert_eq!("1/16B3748".parse::<Lsn>().unwrap(), lsn);
         assert_eq!("0/0".parse::<Lsn>().unwrap(), Lsn(0));
