@@ -38,7 +38,7 @@ use super::{
     BLCKSZ,
 };
 use crate::tenant::value::Value;
-use crate::tenant::Timeline;
+use crate::tenant::{Timeline, TimelineWriter};
 
 /// Buffered page bytes that trigger a `put_batch`.
 pub const FLUSH_BYTES: usize = 8 * 1024 * 1024;
@@ -113,6 +113,9 @@ struct SegState {
 
 pub struct DatadirModification<'t> {
     tl: &'t Timeline,
+    /// Taken at the first flush and held until commit, so the LSN's values
+    /// are written under one writer lock (no other writer can interleave).
+    writer: Option<TimelineWriter<'t>>,
     lsn: Lsn,
     /// Where the state before this modification is read.
     base_lsn: Lsn,
@@ -139,6 +142,7 @@ impl<'t> DatadirModification<'t> {
     pub fn new(tl: &'t Timeline, lsn: Lsn) -> Self {
         DatadirModification {
             tl,
+            writer: None,
             lsn,
             base_lsn: tl.get_last_record_lsn(),
             pending: Vec::new(),
@@ -188,11 +192,13 @@ impl<'t> DatadirModification<'t> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let mut w = self.tl.writer().await;
+        let w = match &mut self.writer {
+            Some(w) => w,
+            None => self.writer.insert(self.tl.writer().await),
+        };
         w.put_batch(&self.pending)
             .await
             .with_context(|| format!("write changes at {}", self.lsn))?;
-        drop(w);
         self.pending.clear();
         self.pending_index.clear();
         self.pending_bytes = 0;
@@ -633,7 +639,10 @@ impl<'t> DatadirModification<'t> {
         }
 
         // Store, publish sizes to the cache, then finish the LSN.
-        let mut w = self.tl.writer().await;
+        let mut w = match self.writer.take() {
+            Some(w) => w,
+            None => self.tl.writer().await,
+        };
         if !self.pending.is_empty() {
             w.put_batch(&self.pending).await.with_context(|| format!("write changes at {lsn}"))?;
         }
