@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 
 export CARGO_TERM_COLOR=never
 # PostgreSQL 16 for the import tests, where .ci/run installed it.
-pg16="${HOME}/.cache/pageserver-tests/pg16/pgserver/pginstall/bin"
+pg16=/opt/pageserver-tests/pg16/pgserver/pginstall/bin
 if [ -z "${PG16_BIN_DIR:-}" ] && [ -x "$pg16/postgres" ]; then
     export PG16_BIN_DIR="$pg16"
 fi

@@ -297,18 +297,9 @@ async fn session_commands_and_negotiation() {
     env.stop().await;
 }
 
-const PRIVATE_A: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEII5AgsWW2ca53fxXUfs1WwMjbs5RKtl9LVvF6sGf3Fu9
------END PRIVATE KEY-----
-";
-const PUBLIC_A: &str = "-----BEGIN PUBLIC KEY-----
-MCowBQYDK2VwAyEAPHCdGjYBshLfmSs3PL1Itt/Swhw5R096ljuUJURW5vE=
------END PUBLIC KEY-----
-";
-const PRIVATE_B: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEIPEYU+ZZe3W17eo3yIeyeXNghZF/xViFaZHTtsH3K1sa
------END PRIVATE KEY-----
-";
+const PRIVATE_A: &str = include_str!("data/jwt_a_private.pem");
+const PUBLIC_A: &str = include_str!("data/jwt_a_public.pem");
+const PRIVATE_B: &str = include_str!("data/jwt_b_private.pem");
 
 fn token(private: &str, claims: serde_json::Value) -> String {
     use jsonwebtoken::{Algorithm, EncodingKey, Header};

@@ -97,19 +97,10 @@ mod tests {
 
     use super::*;
 
-    /// Test-only Ed25519 key pairs.
-    const PRIVATE_A: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEII5AgsWW2ca53fxXUfs1WwMjbs5RKtl9LVvF6sGf3Fu9
------END PRIVATE KEY-----
-";
-    const PUBLIC_A: &str = "-----BEGIN PUBLIC KEY-----
-MCowBQYDK2VwAyEAPHCdGjYBshLfmSs3PL1Itt/Swhw5R096ljuUJURW5vE=
------END PUBLIC KEY-----
-";
-    const PRIVATE_B: &str = "-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEIPEYU+ZZe3W17eo3yIeyeXNghZF/xViFaZHTtsH3K1sa
------END PRIVATE KEY-----
-";
+    /// Test-only Ed25519 key pairs (shared with the integration tests).
+    const PRIVATE_A: &str = include_str!("../../tests/data/jwt_a_private.pem");
+    const PUBLIC_A: &str = include_str!("../../tests/data/jwt_a_public.pem");
+    const PRIVATE_B: &str = include_str!("../../tests/data/jwt_b_private.pem");
 
     fn sign(private: &str, claims: serde_json::Value) -> String {
         let key = EncodingKey::from_ed_pem(private.as_bytes()).unwrap();
