@@ -527,8 +527,10 @@ impl TimelineWriter<'_> {
 
 impl Drop for TimelineWriter<'_> {
     fn drop(&mut self) {
+        // This happens when a write fails part way (its caller reports the
+        // error) or a timeline being created is abandoned: not an error here.
         if let Some(u) = self.state.unfinished_lsn {
-            warn!("timeline writer dropped with LSN {u} unfinished; freezes wait until it is finished");
+            info!("timeline writer dropped with LSN {u} unfinished; freezes wait until it is finished");
         }
     }
 }
