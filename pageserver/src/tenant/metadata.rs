@@ -56,9 +56,17 @@ impl TimelineMetadata {
         })
     }
 
-    pub fn load(dir: &Path) -> anyhow::Result<TimelineMetadata> {
+    pub async fn load(engine: &IoEngine, dir: &Path) -> anyhow::Result<TimelineMetadata> {
         let path = dir.join(METADATA_FILE);
-        let b = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+        let read = async {
+            let file = engine.open(&path, io_engine::OpenMode::READ).await?;
+            let len = file.len().await? as usize;
+            // Anything longer than a metadata file is corrupt; decode says so.
+            let len = len.min(4096);
+            let (buf, res) = file.read_exact_at(io_engine::AlignedBuf::with_capacity(len), 0, len).await;
+            res.map(|_| buf)
+        };
+        let b = read.await.with_context(|| format!("read {}", path.display()))?;
         Self::decode(&b).with_context(|| format!("timeline metadata {} is corrupt", path.display()))
     }
 

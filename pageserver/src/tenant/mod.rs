@@ -140,6 +140,11 @@ impl Tenant {
         dir: PathBuf,
         cancel: CancellationToken,
     ) -> anyhow::Result<Arc<Tenant>> {
+        let scratch = dir.join("scratch");
+        if scratch.exists() {
+            std::fs::remove_dir_all(&scratch).with_context(|| format!("clear {}", scratch.display()))?;
+        }
+        std::fs::create_dir_all(&scratch).with_context(|| format!("create {}", scratch.display()))?;
         let tl_dir = dir.join("timelines");
         let mut timelines = HashMap::new();
         for entry in std::fs::read_dir(&tl_dir).with_context(|| format!("list {}", tl_dir.display()))? {
@@ -172,6 +177,16 @@ impl Tenant {
 
     pub fn id(&self) -> TenantId {
         self.id
+    }
+
+    pub fn conf(&self) -> &StorageConf {
+        &self.conf
+    }
+
+    /// Scratch space for work files of this tenant (e.g. an import's spill
+    /// file); emptied at start-up.
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.dir.join("scratch")
     }
 
     fn timeline_dir(&self, id: TimelineId) -> PathBuf {

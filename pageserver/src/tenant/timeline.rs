@@ -127,7 +127,7 @@ impl Timeline {
         dir: PathBuf,
         cancel: CancellationToken,
     ) -> anyhow::Result<Arc<Timeline>> {
-        let md = TimelineMetadata::load(&dir)?;
+        let md = TimelineMetadata::load(&conf.io_engine, &dir).await?;
         let mut names = Vec::new();
         let mut removed = false;
         for entry in std::fs::read_dir(&dir).with_context(|| format!("list {}", dir.display()))? {
@@ -260,29 +260,6 @@ impl Timeline {
             l0_layers: lm.l0.len(),
             l0_bytes: lm.l0.iter().map(|l| l.file_size).sum(),
         }
-    }
-
-    /// Keys present in any layer with a value at or below `lsn`, as sorted,
-    /// merged, end-exclusive ranges.
-    pub fn collect_stored_keys(&self, lsn: Lsn) -> Vec<Range<Key>> {
-        let layers = self.layers.read().unwrap().newest_first();
-        let mut keys = Vec::new();
-        for l in &layers {
-            match l {
-                super::storage_layer::layer_map::ReadableLayer::InMemory(l) => l.keys_at_or_below(lsn, &mut keys),
-                super::storage_layer::layer_map::ReadableLayer::Delta(l) => l.keys_at_or_below(lsn, &mut keys),
-            }
-        }
-        keys.sort_unstable();
-        keys.dedup();
-        let mut out: Vec<Range<Key>> = Vec::new();
-        for k in keys.into_iter().map(Key::from_compact) {
-            match out.last_mut() {
-                Some(r) if r.end == k => r.end = k.next(),
-                _ => out.push(k..k.next()),
-            }
-        }
-        out
     }
 
     /// Freeze the open layer at the last complete LSN and wait until
