@@ -211,6 +211,9 @@ async fn imports_a_small_backup() {
         assert_eq!(tl.get_initial_lsn(), Lsn(START.0 - 1));
         assert_eq!(tl.pg_version, 15);
         assert!(env.tenant.get_timeline(id).is_ok());
+        // The spill file (used when PG_VERSION comes last) was unlinked at once.
+        let scratch = std::fs::read_dir(env.tenant.scratch_dir()).unwrap().count();
+        assert_eq!(scratch, 0, "scratch dir empty after the import");
 
         let dbs = list_dbs(&tl, START).await.unwrap();
         assert_eq!(dbs, vec![((1663, 1), false), ((1663, 5), true), ((1664, 0), true)]);

@@ -232,7 +232,8 @@ where
             }
             _ => {
                 if pre.spill.is_none() {
-                    let spill = SpillWriter::create(&std::env::temp_dir())
+                    let engine = &tenant.conf().io_engine;
+                    let spill = SpillWriter::create(engine, &tenant.scratch_dir())
                         .await
                         .context("create the import spill file")?;
                     pre.spill = Some(spill);
