@@ -42,12 +42,15 @@ fn bench(c: &mut Criterion) {
             }
             (env, lsn)
         });
-        let queries: Vec<_> = picks.iter().map(|&i| (common::rel_key(i), Lsn::MAX.min(lsn))).collect();
+        let queries: Vec<_> =
+            picks.iter().map(|&i| (common::rel_key(i), Lsn::MAX.min(lsn))).collect();
         g.bench_function(name, |b| {
             b.iter(|| {
                 rt.block_on(async {
                     let res = env.tl.get_vectored(&queries).await.unwrap();
-                    assert!(res.iter().all(|r| r.as_ref().map(|p| p.len() == 8192).unwrap_or(false)));
+                    assert!(res
+                        .iter()
+                        .all(|r| r.as_ref().map(|p| p.len() == 8192).unwrap_or(false)));
                 })
             })
         });

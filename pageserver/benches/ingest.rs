@@ -16,7 +16,9 @@ const TOTAL: usize = 128 * 1024 * 1024;
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut g = c.benchmark_group("ingest");
-    g.sample_size(10).measurement_time(Duration::from_secs(20)).throughput(Throughput::Bytes(TOTAL as u64));
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(20))
+        .throughput(Throughput::Bytes(TOTAL as u64));
 
     g.bench_function("baseline_pwrite_128MiB", |b| {
         b.iter_custom(|iters| {

@@ -37,7 +37,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(workdir: &Path, pg_port: u16, http_port: u16) -> Daemon {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(workdir.join("daemon.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(workdir.join("daemon.log"))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_pageserver"))
             .arg("--workdir")
             .arg(workdir.join("data"))
@@ -48,10 +52,23 @@ impl Daemon {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("start pageserver");
-        let d = Daemon { child, http: format!("http://127.0.0.1:{http_port}"), workdir: workdir.into(), pg_port, http_port };
+        let d = Daemon {
+            child,
+            http: format!("http://127.0.0.1:{http_port}"),
+            workdir: workdir.into(),
+            pg_port,
+            http_port,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while reqwest::blocking::get(format!("{}/v1/status", d.http)).map(|r| !r.status().is_success()).unwrap_or(true) {
-            assert!(Instant::now() < deadline, "daemon did not come up; see {}/daemon.log", workdir.display());
+        while reqwest::blocking::get(format!("{}/v1/status", d.http))
+            .map(|r| !r.status().is_success())
+            .unwrap_or(true)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not come up; see {}/daemon.log",
+                workdir.display()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         d
@@ -63,7 +80,12 @@ impl Daemon {
         Daemon::start(&self.workdir, self.pg_port, self.http_port)
     }
 
-    fn call(&self, method: reqwest::Method, path: &str, body: Value) -> reqwest::Result<reqwest::blocking::Response> {
+    fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> reqwest::Result<reqwest::blocking::Response> {
         reqwest::blocking::Client::new()
             .request(method, format!("{}{path}", self.http))
             .timeout(Duration::from_secs(60))
@@ -139,17 +161,29 @@ fn kill_at_every_flush_step_loses_nothing_acknowledged() {
     let tenant = hex::encode(rand::random::<[u8; 16]>());
     let timeline = hex::encode(rand::random::<[u8; 16]>());
     d.ok(reqwest::Method::POST, "/v1/tenant", json!({ "new_tenant_id": tenant }));
-    d.ok(reqwest::Method::POST, &format!("/v1/tenant/{tenant}/timeline"), json!({ "new_timeline_id": timeline, "initial_lsn": "0/100" }));
+    d.ok(
+        reqwest::Method::POST,
+        &format!("/v1/tenant/{tenant}/timeline"),
+        json!({ "new_timeline_id": timeline, "initial_lsn": "0/100" }),
+    );
     let tl_path = format!("/v1/tenant/{tenant}/timeline/{timeline}");
 
     let mut w = Writer { tl_path: tl_path.clone(), written: Vec::new(), lsn: 0x100, next_key: 0 };
     for step in FLUSH_STEPS {
         w.ingest(&d, 3);
-        let acked = parse_lsn(d.ok(reqwest::Method::PUT, &format!("{tl_path}/checkpoint"), Value::Null)["disk_consistent_lsn"].as_str().unwrap());
+        let acked = parse_lsn(
+            d.ok(reqwest::Method::PUT, &format!("{tl_path}/checkpoint"), Value::Null)
+                ["disk_consistent_lsn"]
+                .as_str()
+                .unwrap(),
+        );
         w.ingest(&d, 3);
         d.ok(reqwest::Method::PUT, "/v1/failpoints", json!([{ "name": step, "actions": "exit" }]));
         let res = d.call(reqwest::Method::PUT, &format!("{tl_path}/checkpoint"), Value::Null);
-        assert!(res.is_err() || !res.unwrap().status().is_success(), "{step}: checkpoint should have died");
+        assert!(
+            res.is_err() || !res.unwrap().status().is_success(),
+            "{step}: checkpoint should have died"
+        );
         let status = d.child.wait().unwrap();
         assert!(!status.success(), "{step}: daemon exited by the failpoint");
 
@@ -157,17 +191,24 @@ fn kill_at_every_flush_step_loses_nothing_acknowledged() {
         let info = d.ok(reqwest::Method::GET, &tl_path, Value::Null);
         let dc = parse_lsn(info["disk_consistent_lsn"].as_str().unwrap());
         let last = parse_lsn(info["last_record_lsn"].as_str().unwrap());
-        assert!(dc >= acked, "{step}: disk_consistent_lsn {dc:X} went below acknowledged {acked:X}");
+        assert!(
+            dc >= acked,
+            "{step}: disk_consistent_lsn {dc:X} went below acknowledged {acked:X}"
+        );
         assert_eq!(dc, last, "{step}: restart resumes at disk_consistent_lsn");
         if *step == "flush::after-metadata" {
             assert!(dc > acked, "{step}: the metadata was written before the crash");
         }
 
         // No temp or ephemeral file is left behind.
-        let tl_dir = dir.path().join("data/tenants").join(&tenant).join("timelines").join(&timeline);
+        let tl_dir =
+            dir.path().join("data/tenants").join(&tenant).join("timelines").join(&timeline);
         for e in std::fs::read_dir(&tl_dir).unwrap() {
             let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            assert!(!name.ends_with(".___temp") && !name.starts_with("ephemeral-"), "{step}: leftover {name}");
+            assert!(
+                !name.ends_with(".___temp") && !name.starts_with("ephemeral-"),
+                "{step}: leftover {name}"
+            );
         }
 
         // Everything durable reads back: the newest version of each key at `dc`.
@@ -177,8 +218,16 @@ fn kill_at_every_flush_step_loses_nothing_acknowledged() {
             newest.insert(*i, *l);
         }
         for (i, l) in newest.iter().step_by(7) {
-            let r = d.ok(reqwest::Method::GET, &format!("{tl_path}/testing/get?key={}&lsn={}", key(*i), lsn_str(dc)), Value::Null);
-            assert_eq!(r["value"].as_str().unwrap(), page(*i, *l), "{step}: key {i} written at {l:X}");
+            let r = d.ok(
+                reqwest::Method::GET,
+                &format!("{tl_path}/testing/get?key={}&lsn={}", key(*i), lsn_str(dc)),
+                Value::Null,
+            );
+            assert_eq!(
+                r["value"].as_str().unwrap(),
+                page(*i, *l),
+                "{step}: key {i} written at {l:X}"
+            );
         }
     }
 }

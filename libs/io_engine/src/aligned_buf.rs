@@ -69,7 +69,11 @@ impl AlignedBuf {
         assert!(data.len() <= self.remaining(), "AlignedBuf overflow");
         // SAFETY: in bounds by the assert; source and destination don't overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(self.len), data.len());
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.ptr.as_ptr().add(self.len),
+                data.len(),
+            );
         }
         self.len += data.len();
     }

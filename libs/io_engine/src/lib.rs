@@ -48,9 +48,12 @@ pub struct OpenMode {
 }
 
 impl OpenMode {
-    pub const READ: OpenMode = OpenMode { write: false, create: false, create_new: false, truncate: false };
-    pub const CREATE_NEW: OpenMode = OpenMode { write: true, create: true, create_new: true, truncate: false };
-    pub const READ_WRITE: OpenMode = OpenMode { write: true, create: false, create_new: false, truncate: false };
+    pub const READ: OpenMode =
+        OpenMode { write: false, create: false, create_new: false, truncate: false };
+    pub const CREATE_NEW: OpenMode =
+        OpenMode { write: true, create: true, create_new: true, truncate: false };
+    pub const READ_WRITE: OpenMode =
+        OpenMode { write: true, create: false, create_new: false, truncate: false };
 }
 
 /// The engine handle; cheap to clone.
@@ -70,7 +73,9 @@ impl IoEngine {
 
     pub async fn open(&self, path: &Path, mode: OpenMode) -> io::Result<File> {
         match self.kind {
-            IoEngineKind::StdFs => Ok(File { inner: FileInner::Std(std_fs::StdFile::open(path, mode)?) }),
+            IoEngineKind::StdFs => {
+                Ok(File { inner: FileInner::Std(std_fs::StdFile::open(path, mode)?) })
+            }
         }
     }
 
@@ -86,9 +91,7 @@ impl IoEngine {
     pub async fn durable_replace(&self, path: &Path, data: &[u8]) -> io::Result<()> {
         let tmp = temp_path(path);
         let _ = std::fs::remove_file(&tmp);
-        let file = self
-            .open(&tmp, OpenMode::CREATE_NEW)
-            .await?;
+        let file = self.open(&tmp, OpenMode::CREATE_NEW).await?;
         let (_, res) = file.write_all_at(AlignedBuf::from_slice(data), 0).await;
         res?;
         file.sync_all().await?;
@@ -121,7 +124,12 @@ impl File {
     /// Read exactly `len` bytes at `offset` into `buf` (its old content is
     /// discarded; `len` must fit its capacity). EOF before `len` is an
     /// `UnexpectedEof` error.
-    pub async fn read_exact_at(&self, mut buf: AlignedBuf, offset: u64, len: usize) -> (AlignedBuf, io::Result<()>) {
+    pub async fn read_exact_at(
+        &self,
+        mut buf: AlignedBuf,
+        offset: u64,
+        len: usize,
+    ) -> (AlignedBuf, io::Result<()>) {
         assert!(len <= buf.capacity(), "read of {len} bytes into a {} byte buffer", buf.capacity());
         let res = match &self.inner {
             FileInner::Std(f) => f.read_exact_at(&mut buf.spare_full_mut()[..len], offset),

@@ -65,7 +65,8 @@ impl Key {
 
     pub fn to_compact(&self) -> CompactKey {
         debug_assert!(self.is_compactable(), "key {self} does not fit the compact form");
-        let f2: u128 = if self.field2 == 0xffff_ffff { 0xffff } else { (self.field2 & 0xffff) as u128 };
+        let f2: u128 =
+            if self.field2 == 0xffff_ffff { 0xffff } else { (self.field2 & 0xffff) as u128 };
         // 16 bits of field2: 0xffff stands for 0xffffffff (is_compactable()
         // excludes a real 0xffff).
         (((self.field1 as u128 & 0x7f) << 120)

@@ -48,9 +48,7 @@ impl Lsn {
         if s.len() != 16 {
             return Err(LsnParseError(s.to_string()));
         }
-        u64::from_str_radix(s, 16)
-            .map(Lsn)
-            .map_err(|_| LsnParseError(s.to_string()))
+        u64::from_str_radix(s, 16).map(Lsn).map_err(|_| LsnParseError(s.to_string()))
     }
 }
 

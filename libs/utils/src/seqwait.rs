@@ -14,11 +14,7 @@ use crate::lsn::Lsn;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SeqWaitError {
     #[error("timed out after {timeout:?} waiting for LSN {wanted}; last record LSN is {current}")]
-    Timeout {
-        wanted: Lsn,
-        current: Lsn,
-        timeout: Duration,
-    },
+    Timeout { wanted: Lsn, current: Lsn, timeout: Duration },
     #[error("shutting down")]
     Cancelled,
 }
@@ -29,9 +25,7 @@ pub struct SeqWait {
 
 impl SeqWait {
     pub fn new(initial: Lsn) -> Self {
-        SeqWait {
-            tx: watch::Sender::new(initial),
-        }
+        SeqWait { tx: watch::Sender::new(initial) }
     }
 
     pub fn load(&self) -> Lsn {

@@ -21,8 +21,11 @@ pub static LAYER_FLUSHED_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 pub static VECTORED_READ_CHUNKS: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!("pageserver_vectored_read_chunks_total", "Coalesced chunk reads issued by vectored gets")
-        .expect("register metric")
+    register_int_counter!(
+        "pageserver_vectored_read_chunks_total",
+        "Coalesced chunk reads issued by vectored gets"
+    )
+    .expect("register metric")
 });
 
 pub static VECTORED_READ_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {

@@ -45,7 +45,10 @@ impl TimelineMetadata {
         ensure!(&b[..4] == MAGIC, "bad magic");
         let stored = u32::from_le_bytes(b[LEN..].try_into().unwrap());
         let computed = crc32c::crc32c(&b[..LEN]);
-        ensure!(stored == computed, "checksum mismatch: stored {stored:#x}, computed {computed:#x}");
+        ensure!(
+            stored == computed,
+            "checksum mismatch: stored {stored:#x}, computed {computed:#x}"
+        );
         let version = u16::from_le_bytes([b[4], b[5]]);
         ensure!(version == VERSION, "unsupported metadata version {version}");
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
@@ -63,7 +66,8 @@ impl TimelineMetadata {
             let len = file.len().await? as usize;
             // Anything longer than a metadata file is corrupt; decode says so.
             let len = len.min(4096);
-            let (buf, res) = file.read_exact_at(io_engine::AlignedBuf::with_capacity(len), 0, len).await;
+            let (buf, res) =
+                file.read_exact_at(io_engine::AlignedBuf::with_capacity(len), 0, len).await;
             res.map(|_| buf)
         };
         let b = read.await.with_context(|| format!("read {}", path.display()))?;
@@ -72,7 +76,10 @@ impl TimelineMetadata {
 
     pub async fn persist(&self, engine: &IoEngine, dir: &Path) -> anyhow::Result<()> {
         let path = dir.join(METADATA_FILE);
-        engine.durable_replace(&path, &self.encode()).await.with_context(|| format!("persist {}", path.display()))
+        engine
+            .durable_replace(&path, &self.encode())
+            .await
+            .with_context(|| format!("persist {}", path.display()))
     }
 }
 
@@ -82,7 +89,11 @@ mod tests {
 
     #[test]
     fn round_trip_and_corruption() {
-        let m = TimelineMetadata { disk_consistent_lsn: Lsn(0x1234), initial_lsn: Lsn(0x10), pg_version: 15 };
+        let m = TimelineMetadata {
+            disk_consistent_lsn: Lsn(0x1234),
+            initial_lsn: Lsn(0x10),
+            pg_version: 15,
+        };
         let mut b = m.encode();
         assert_eq!(TimelineMetadata::decode(&b).unwrap(), m);
         b[9] ^= 1;

@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use utils::id::{TenantId, TimelineId};
 
-use super::{remove_dir_durably, Globals, StorageConf, Tenant, TenantError, Timeline, DELETED_SUFFIX};
+use super::{
+    remove_dir_durably, Globals, StorageConf, Tenant, TenantError, Timeline, DELETED_SUFFIX,
+};
 
 pub struct TenantManager {
     conf: Arc<StorageConf>,
@@ -25,7 +27,10 @@ pub struct TenantManager {
 
 impl TenantManager {
     /// Load every tenant under `<workdir>/tenants`, creating the directory.
-    pub async fn load(conf: Arc<StorageConf>, cancel: CancellationToken) -> anyhow::Result<Arc<TenantManager>> {
+    pub async fn load(
+        conf: Arc<StorageConf>,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<Arc<TenantManager>> {
         let dir = conf.tenants_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let globals = Arc::new(Globals::default());
@@ -42,9 +47,10 @@ impl TenantManager {
                 warn!("ignoring unexpected entry {}", entry.path().display());
                 continue;
             };
-            let t = Tenant::load(conf.clone(), globals.clone(), id, entry.path(), cancel.child_token())
-                .await
-                .with_context(|| format!("load tenant {id}"))?;
+            let t =
+                Tenant::load(conf.clone(), globals.clone(), id, entry.path(), cancel.child_token())
+                    .await
+                    .with_context(|| format!("load tenant {id}"))?;
             tenants.insert(id, t);
         }
         info!("loaded {} tenants from {}", tenants.len(), dir.display());
@@ -65,7 +71,9 @@ impl TenantManager {
         if self.cancel.is_cancelled() {
             return Err(TenantError::ShuttingDown);
         }
-        if self.tenants.read().unwrap().contains_key(&id) || !self.creating.lock().unwrap().insert(id) {
+        if self.tenants.read().unwrap().contains_key(&id)
+            || !self.creating.lock().unwrap().insert(id)
+        {
             return Err(TenantError::AlreadyExists(format!("tenant {id}")));
         }
         let res = self.create_tenant_inner(id).await;
@@ -85,13 +93,26 @@ impl TenantManager {
         let engine = &self.conf.io_engine;
         engine.fsync_dir(&tl_dir).await.context("fsync")?;
         engine.fsync_dir(&temp_dir).await.context("fsync")?;
-        std::fs::rename(&temp_dir, &final_dir).with_context(|| format!("rename {}", temp_dir.display()))?;
+        std::fs::rename(&temp_dir, &final_dir)
+            .with_context(|| format!("rename {}", temp_dir.display()))?;
         engine.fsync_dir(&self.conf.tenants_dir()).await.context("fsync")?;
-        Ok(Tenant::load(self.conf.clone(), self.globals.clone(), id, final_dir, self.cancel.child_token()).await?)
+        Ok(Tenant::load(
+            self.conf.clone(),
+            self.globals.clone(),
+            id,
+            final_dir,
+            self.cancel.child_token(),
+        )
+        .await?)
     }
 
     pub fn get_tenant(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
-        self.tenants.read().unwrap().get(&id).cloned().ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))
+        self.tenants
+            .read()
+            .unwrap()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))
     }
 
     pub fn list_tenants(&self) -> Vec<Arc<Tenant>> {
@@ -100,12 +121,21 @@ impl TenantManager {
         v
     }
 
-    pub fn get_timeline(&self, tenant: TenantId, timeline: TimelineId) -> Result<Arc<Timeline>, TenantError> {
+    pub fn get_timeline(
+        &self,
+        tenant: TenantId,
+        timeline: TimelineId,
+    ) -> Result<Arc<Timeline>, TenantError> {
         self.get_tenant(tenant)?.get_timeline(timeline)
     }
 
     pub async fn delete_tenant(&self, id: TenantId) -> Result<(), TenantError> {
-        let t = self.tenants.write().unwrap().remove(&id).ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))?;
+        let t = self
+            .tenants
+            .write()
+            .unwrap()
+            .remove(&id)
+            .ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))?;
         t.shutdown(false).await;
         remove_dir_durably(&self.conf, &self.conf.tenants_dir().join(id.to_string())).await?;
         info!("deleted tenant {id}");

@@ -142,12 +142,16 @@ impl Tenant {
     ) -> anyhow::Result<Arc<Tenant>> {
         let scratch = dir.join("scratch");
         if scratch.exists() {
-            std::fs::remove_dir_all(&scratch).with_context(|| format!("clear {}", scratch.display()))?;
+            std::fs::remove_dir_all(&scratch)
+                .with_context(|| format!("clear {}", scratch.display()))?;
         }
-        std::fs::create_dir_all(&scratch).with_context(|| format!("create {}", scratch.display()))?;
+        std::fs::create_dir_all(&scratch)
+            .with_context(|| format!("create {}", scratch.display()))?;
         let tl_dir = dir.join("timelines");
         let mut timelines = HashMap::new();
-        for entry in std::fs::read_dir(&tl_dir).with_context(|| format!("list {}", tl_dir.display()))? {
+        for entry in
+            std::fs::read_dir(&tl_dir).with_context(|| format!("list {}", tl_dir.display()))?
+        {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
@@ -159,9 +163,16 @@ impl Tenant {
                 warn!("ignoring unexpected entry {}", entry.path().display());
                 continue;
             };
-            let tl = Timeline::load(conf.clone(), globals.clone(), id, tlid, entry.path(), cancel.child_token())
-                .await
-                .with_context(|| format!("load timeline {id}/{tlid}"))?;
+            let tl = Timeline::load(
+                conf.clone(),
+                globals.clone(),
+                id,
+                tlid,
+                entry.path(),
+                cancel.child_token(),
+            )
+            .await
+            .with_context(|| format!("load timeline {id}/{tlid}"))?;
             timelines.insert(tlid, tl);
         }
         Ok(Arc::new(Tenant {
@@ -217,7 +228,9 @@ impl Tenant {
         if self.cancel.is_cancelled() {
             return Err(TenantError::ShuttingDown);
         }
-        if self.timelines.read().unwrap().contains_key(&id) || !self.creating.lock().unwrap().insert(id) {
+        if self.timelines.read().unwrap().contains_key(&id)
+            || !self.creating.lock().unwrap().insert(id)
+        {
             return Err(TenantError::AlreadyExists(format!("timeline {}/{id}", self.id)));
         }
         Ok(())
@@ -247,8 +260,15 @@ impl Tenant {
         }
         let md = TimelineMetadata { disk_consistent_lsn: initial_lsn, initial_lsn, pg_version };
         Timeline::create_on_disk(&self.conf, &temp_dir, &md).await?;
-        let tl = Timeline::load(self.conf.clone(), self.globals.clone(), self.id, id, temp_dir, self.cancel.child_token())
-            .await?;
+        let tl = Timeline::load(
+            self.conf.clone(),
+            self.globals.clone(),
+            self.id,
+            id,
+            temp_dir,
+            self.cancel.child_token(),
+        )
+        .await?;
         uninit.timeline = Some(tl);
         Ok(uninit)
     }
@@ -270,7 +290,10 @@ impl Tenant {
     /// Stop all timelines; with `flush`, write in-memory data to disk first.
     pub async fn shutdown(&self, flush: bool) {
         let timelines = self.list_timelines();
-        futures::future::join_all(timelines.iter().map(|t| t.shutdown(flush, SHUTDOWN_FLUSH_TIMEOUT))).await;
+        futures::future::join_all(
+            timelines.iter().map(|t| t.shutdown(flush, SHUTDOWN_FLUSH_TIMEOUT)),
+        )
+        .await;
         self.cancel.cancel();
     }
 }
@@ -315,7 +338,8 @@ impl UninitializedTimeline {
             );
             tl.shutdown(false, Duration::ZERO).await;
             let final_dir = tenant.timeline_dir(self.id);
-            std::fs::rename(&temp_dir, &final_dir).with_context(|| format!("rename {}", temp_dir.display()))?;
+            std::fs::rename(&temp_dir, &final_dir)
+                .with_context(|| format!("rename {}", temp_dir.display()))?;
             tenant.conf.io_engine.fsync_dir(final_dir.parent().unwrap()).await?;
             utils::failpoint::failpoint("timeline-create::after-rename")?;
             Timeline::load(

@@ -32,7 +32,10 @@ fn expected(oracle: &Oracle, key: Key, lsn: Lsn) -> Option<Vec<u8>> {
                 if *will_init {
                     state = Some(append.to_vec());
                 } else {
-                    state.as_mut().expect("model never appends to nothing").extend_from_slice(append);
+                    state
+                        .as_mut()
+                        .expect("model never appends to nothing")
+                        .extend_from_slice(append);
                 }
             }
             other => unreachable!("model does not generate {other:?}"),
@@ -41,9 +44,17 @@ fn expected(oracle: &Oracle, key: Key, lsn: Lsn) -> Option<Vec<u8>> {
     state
 }
 
-fn check(oracle: &Oracle, key: Key, lsn: Lsn, got: &Result<Bytes, PageReconstructError>, seed: u64) {
+fn check(
+    oracle: &Oracle,
+    key: Key,
+    lsn: Lsn,
+    got: &Result<Bytes, PageReconstructError>,
+    seed: u64,
+) {
     match (expected(oracle, key, lsn), got) {
-        (Some(want), Ok(got)) => assert_eq!(&got[..], &want[..], "key {key} at {lsn} (SEED={seed})"),
+        (Some(want), Ok(got)) => {
+            assert_eq!(&got[..], &want[..], "key {key} at {lsn} (SEED={seed})")
+        }
         (None, Err(PageReconstructError::MissingKey { .. })) => {}
         (want, got) => panic!("key {key} at {lsn}: expected {want:?}, got {got:?} (SEED={seed})"),
     }
@@ -78,7 +89,8 @@ impl Env {
 
 #[tokio::test]
 async fn randomized_model() {
-    let seed: u64 = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 =
+        std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     println!("randomized_model SEED={seed}");
     let mut rng = StdRng::seed_from_u64(seed);
 
@@ -93,7 +105,9 @@ async fn randomized_model() {
     tenant.create_empty_timeline(timeline_id, initial, 15).await.unwrap();
     let mut env = Env { dir, conf, mgr, tenant_id, timeline_id };
 
-    let keys: Vec<Key> = (0..300).map(|i| Key::rel_block(RelTag::new(1663, 5, 16384 + i / 100, 0), i % 100)).collect();
+    let keys: Vec<Key> = (0..300)
+        .map(|i| Key::rel_block(RelTag::new(1663, 5, 16384 + i / 100, 0), i % 100))
+        .collect();
     let mut oracle = Oracle::new();
     let mut lsn = initial;
     let mut reads = 0usize;
@@ -138,7 +152,9 @@ async fn randomized_model() {
         if step % 10 == 0 {
             let n = rng.gen_range(1..=32);
             let queries: Vec<(Key, Lsn)> = (0..n)
-                .map(|_| (keys[rng.gen_range(0..keys.len())], Lsn(rng.gen_range(initial.0..=lsn.0))))
+                .map(|_| {
+                    (keys[rng.gen_range(0..keys.len())], Lsn(rng.gen_range(initial.0..=lsn.0)))
+                })
                 .collect();
             let res = tl.get_vectored(&queries).await.unwrap();
             for ((k, l), r) in queries.iter().zip(&res) {
@@ -156,7 +172,11 @@ async fn randomized_model() {
             3 => {
                 drop(tl);
                 env.restart(true).await;
-                assert_eq!(env.timeline().get_last_record_lsn(), lsn, "graceful restart loses nothing");
+                assert_eq!(
+                    env.timeline().get_last_record_lsn(),
+                    lsn,
+                    "graceful restart loses nothing"
+                );
                 restarts += 1;
             }
             4 => {
@@ -180,7 +200,10 @@ async fn randomized_model() {
         check(&oracle, key, lsn, &tl.get(key, lsn).await, seed);
         reads += 1;
     }
-    println!("reads={reads} flushes={flushes} restarts={restarts} crashes={crashes} layers={:?}", tl.layer_stats());
+    println!(
+        "reads={reads} flushes={flushes} restarts={restarts} crashes={crashes} layers={:?}",
+        tl.layer_stats()
+    );
     assert!(reads >= 1000);
     assert!(tl.layer_stats().l0_layers > 0);
 }
@@ -193,7 +216,10 @@ async fn too_many_keys_and_bad_writes_are_rejected() {
     let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
     let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 15).await.unwrap();
     let q: Vec<(Key, Lsn)> = (0..33).map(|i| (Key::MIN.add(i), Lsn(0x10))).collect();
-    assert!(matches!(tl.get_vectored(&q).await, Err(super::GetVectoredError::TooManyKeys { n: 33, max: 32 })));
+    assert!(matches!(
+        tl.get_vectored(&q).await,
+        Err(super::GetVectoredError::TooManyKeys { n: 33, max: 32 })
+    ));
     let mut w = tl.writer().await;
     let err = w.put(Key::MIN, Lsn(0x10), &super::value::image(b"x")).await.unwrap_err();
     assert!(err.to_string().contains("at or below last_record_lsn"), "{err}");

@@ -20,7 +20,11 @@ pub const VM_PAGE_HEADER: usize = 24;
 pub const VM_HEAPBLOCKS_PER_PAGE: u32 = ((BLCKSZ - VM_PAGE_HEADER) * 4) as u32;
 
 /// `values` newest first; the last one must be `will_init`.
-pub fn reconstruct(key: Key, lsn: Lsn, values: Vec<(Lsn, Value)>) -> Result<Bytes, PageReconstructError> {
+pub fn reconstruct(
+    key: Key,
+    lsn: Lsn,
+    values: Vec<(Lsn, Value)>,
+) -> Result<Bytes, PageReconstructError> {
     let mut iter = values.into_iter().rev();
     let Some((base_lsn, base)) = iter.next() else {
         return Err(PageReconstructError::MissingKey { key, lsn });
@@ -88,7 +92,9 @@ fn apply(key: Key, lsn: Lsn, page: &mut BytesMut, rec: Record) -> Result<(), Pag
             }
             page.extend_from_slice(&append);
         }
-        Record::Postgres { rmid, .. } => return Err(PageReconstructError::NeedsRedo { key, lsn, rmid }),
+        Record::Postgres { rmid, .. } => {
+            return Err(PageReconstructError::NeedsRedo { key, lsn, rmid })
+        }
     }
     Ok(())
 }
@@ -121,7 +127,13 @@ mod tests {
         let err = reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), pg), (Lsn(1), image(&[0; BLCKSZ]))]);
         assert!(matches!(err, Err(PageReconstructError::NeedsRedo { rmid: 10, .. })));
         let t = Value::Record(Record::Test { append: Bytes::from_static(b"x"), will_init: false });
-        assert!(matches!(reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), t)]), Err(PageReconstructError::Corrupt(_))));
-        assert!(matches!(reconstruct(Key::MIN, Lsn(5), vec![]), Err(PageReconstructError::MissingKey { .. })));
+        assert!(matches!(
+            reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), t)]),
+            Err(PageReconstructError::Corrupt(_))
+        ));
+        assert!(matches!(
+            reconstruct(Key::MIN, Lsn(5), vec![]),
+            Err(PageReconstructError::MissingKey { .. })
+        ));
     }
 }

@@ -48,7 +48,9 @@ use super::storage_layer::inmemory_layer::InMemoryLayer;
 use super::storage_layer::layer_map::LayerMap;
 use super::storage_layer::{DeltaLayerName, MAX_BLOB_LEN};
 use super::value::Value;
-use super::{vectored_read, GetVectoredError, Globals, PageReconstructError, StorageConf, WaitLsnError};
+use super::{
+    vectored_read, GetVectoredError, Globals, PageReconstructError, StorageConf, WaitLsnError,
+};
 use crate::metrics::storage as metrics;
 use crate::pgdatadir_mapping::DatadirCache;
 
@@ -109,7 +111,11 @@ pub struct TimelineWriter<'a> {
 
 impl Timeline {
     /// Create the directory of a new timeline with its metadata.
-    pub(crate) async fn create_on_disk(conf: &StorageConf, dir: &Path, md: &TimelineMetadata) -> anyhow::Result<()> {
+    pub(crate) async fn create_on_disk(
+        conf: &StorageConf,
+        dir: &Path,
+        md: &TimelineMetadata,
+    ) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
         md.persist(&conf.io_engine, dir).await?;
         conf.io_engine.fsync_dir(dir.parent().unwrap()).await?;
@@ -138,14 +144,19 @@ impl Timeline {
                 continue;
             }
             if fname.ends_with(io_engine::TEMP_SUFFIX) || fname.starts_with(EPHEMERAL_PREFIX) {
-                std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("remove {}", path.display()))?;
                 removed = true;
                 continue;
             }
             match DeltaLayerName::parse(&fname) {
                 Some(n) if n.lsn_range.end > md.disk_consistent_lsn + 1 => {
-                    info!("removing layer {fname}: beyond disk_consistent_lsn {}", md.disk_consistent_lsn);
-                    std::fs::remove_file(&path).with_context(|| format!("remove {}", path.display()))?;
+                    info!(
+                        "removing layer {fname}: beyond disk_consistent_lsn {}",
+                        md.disk_consistent_lsn
+                    );
+                    std::fs::remove_file(&path)
+                        .with_context(|| format!("remove {}", path.display()))?;
                     removed = true;
                 }
                 Some(n) => names.push(n),
@@ -158,7 +169,9 @@ impl Timeline {
         names.sort_by_key(|n| n.lsn_range.start);
         let mut layer_map = LayerMap::default();
         for n in names {
-            let l = DeltaLayer::load(&conf.io_engine, &dir.join(n.to_string()), tenant_id, timeline_id).await?;
+            let l =
+                DeltaLayer::load(&conf.io_engine, &dir.join(n.to_string()), tenant_id, timeline_id)
+                    .await?;
             if let Some(prev) = layer_map.l0.last() {
                 if prev.lsn_range().end > l.lsn_range().start {
                     bail!("layers {} and {} overlap in LSN", prev.name, l.name);
@@ -177,7 +190,10 @@ impl Timeline {
             dir,
             initial_lsn: md.initial_lsn,
             last_record_lsn: SeqWait::new(md.disk_consistent_lsn),
-            flush_state: watch::Sender::new(FlushState { disk_consistent_lsn: md.disk_consistent_lsn, error: None }),
+            flush_state: watch::Sender::new(FlushState {
+                disk_consistent_lsn: md.disk_consistent_lsn,
+                error: None,
+            }),
             layers: RwLock::new(layer_map),
             writer: tokio::sync::Mutex::new(WriterState::default()),
             flush_wakeup: Notify::new(),
@@ -185,7 +201,8 @@ impl Timeline {
             ephemeral_seq: AtomicU64::new(0),
             tasks: TaskTracker::new(),
         });
-        let span = tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
+        let span =
+            tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
         tl.tasks.spawn(tl.clone().flush_loop().instrument(span.clone()));
         tl.tasks.spawn(tl.clone().checkpoint_timeout_loop().instrument(span));
         Ok(tl)
@@ -230,7 +247,10 @@ impl Timeline {
         queries: &[(Key, Lsn)],
     ) -> Result<Vec<Result<Bytes, PageReconstructError>>, GetVectoredError> {
         if queries.len() > self.conf.max_get_vectored_keys {
-            return Err(GetVectoredError::TooManyKeys { n: queries.len(), max: self.conf.max_get_vectored_keys });
+            return Err(GetVectoredError::TooManyKeys {
+                n: queries.len(),
+                max: self.conf.max_get_vectored_keys,
+            });
         }
         if self.cancel.is_cancelled() {
             return Err(GetVectoredError::Cancelled);
@@ -269,7 +289,9 @@ impl Timeline {
             let w = self.writer.lock().await;
             let last = self.get_last_record_lsn();
             if w.unfinished_lsn.is_some() {
-                warn!("checkpoint while a write is unfinished: flushing only up to the frozen layers");
+                warn!(
+                    "checkpoint while a write is unfinished: flushing only up to the frozen layers"
+                );
             } else if !self.freeze(last + 1) && last > self.get_disk_consistent_lsn() {
                 *self.pending_advance.lock().unwrap() = Some(last);
             }
@@ -381,7 +403,11 @@ impl Timeline {
 
     async fn persist_disk_consistent(&self, lsn: Lsn) -> anyhow::Result<()> {
         failpoint("flush::before-metadata")?;
-        let md = TimelineMetadata { disk_consistent_lsn: lsn, initial_lsn: self.initial_lsn, pg_version: self.pg_version };
+        let md = TimelineMetadata {
+            disk_consistent_lsn: lsn,
+            initial_lsn: self.initial_lsn,
+            pg_version: self.pg_version,
+        };
         md.persist(&self.conf.io_engine, &self.dir).await?;
         failpoint("flush::after-metadata")?;
         self.flush_state.send_modify(|s| {
@@ -393,7 +419,8 @@ impl Timeline {
 
     /// Freeze an open layer that has been open longer than `checkpoint_timeout`.
     async fn checkpoint_timeout_loop(self: Arc<Self>) {
-        let period = (self.conf.checkpoint_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let period = (self.conf.checkpoint_timeout / 4)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
@@ -401,7 +428,9 @@ impl Timeline {
             }
             let expired = {
                 let lm = self.layers.read().unwrap();
-                lm.open.as_ref().is_some_and(|l| l.opened_at.elapsed() >= self.conf.checkpoint_timeout)
+                lm.open
+                    .as_ref()
+                    .is_some_and(|l| l.opened_at.elapsed() >= self.conf.checkpoint_timeout)
             };
             if expired {
                 let w = self.writer.lock().await;
@@ -440,7 +469,10 @@ impl TimelineWriter<'_> {
             let start = st.buf.len();
             value.serialize_into(&mut st.buf);
             if st.buf.len() - start > MAX_BLOB_LEN {
-                bail!("value of key {key} at {lsn} is {} bytes, above the limit", st.buf.len() - start);
+                bail!(
+                    "value of key {key} at {lsn} is {} bytes, above the limit",
+                    st.buf.len() - start
+                );
             }
             st.entries.push((*key, *lsn, start..st.buf.len(), value.will_init()));
             max_lsn = max_lsn.max(*lsn);
@@ -450,7 +482,9 @@ impl TimelineWriter<'_> {
             Some(l) => l,
             None => {
                 let seq = tl.ephemeral_seq.fetch_add(1, Ordering::Relaxed);
-                let l = Arc::new(InMemoryLayer::create(&tl.conf.io_engine, &tl.dir, seq, last + 1).await?);
+                let l = Arc::new(
+                    InMemoryLayer::create(&tl.conf.io_engine, &tl.dir, seq, last + 1).await?,
+                );
                 tl.layers.write().unwrap().open = Some(l.clone());
                 l
             }
@@ -474,7 +508,8 @@ impl TimelineWriter<'_> {
         }
         tl.last_record_lsn.advance(lsn);
         let open_size = tl.layers.read().unwrap().open.as_ref().map_or(0, |l| l.size());
-        let over_budget = tl.globals.in_memory_bytes.load(Ordering::Relaxed) > tl.conf.in_memory_layers_budget;
+        let over_budget =
+            tl.globals.in_memory_bytes.load(Ordering::Relaxed) > tl.conf.in_memory_layers_budget;
         if open_size >= tl.conf.checkpoint_distance || (over_budget && open_size > 0) {
             tl.freeze(lsn + 1);
         }
@@ -487,7 +522,9 @@ impl TimelineWriter<'_> {
         loop {
             let frozen = tl.layers.read().unwrap().frozen.len();
             let bytes = tl.globals.in_memory_bytes.load(Ordering::Relaxed);
-            if frozen < MAX_FROZEN_LAYERS && bytes <= tl.conf.in_memory_layers_budget.saturating_mul(2) {
+            if frozen < MAX_FROZEN_LAYERS
+                && bytes <= tl.conf.in_memory_layers_budget.saturating_mul(2)
+            {
                 return Ok(());
             }
             if frozen == 0 {

@@ -217,7 +217,11 @@ mod tests {
             image(b"page"),
             Value::Record(Record::ClogSetStatus { xids: vec![3, 4], status: 1 }),
             Value::Record(Record::VmClearFlags { heap_blknos: vec![7], flags: 3 }),
-            Value::Record(Record::Postgres { will_init: false, rmid: 10, rec: Bytes::from_static(b"xx") }),
+            Value::Record(Record::Postgres {
+                will_init: false,
+                rmid: 10,
+                rec: Bytes::from_static(b"xx"),
+            }),
             Value::Record(Record::Test { append: Bytes::from_static(b"ab"), will_init: true }),
         ];
         for v in values {

@@ -134,8 +134,11 @@ pub async fn read(
         }
     });
     // Chunks become shared `Bytes` so page images are slices of them (no copy).
-    let bufs: Vec<std::io::Result<Bytes>> =
-        futures::future::join_all(reads).await.into_iter().map(|r| r.map(Bytes::from_owner)).collect();
+    let bufs: Vec<std::io::Result<Bytes>> = futures::future::join_all(reads)
+        .await
+        .into_iter()
+        .map(|r| r.map(Bytes::from_owner))
+        .collect();
 
     // Reconstruct each unique query from the chunk bytes.
     let results: Vec<Result<Bytes, PageReconstructError>> = uniq
@@ -179,7 +182,10 @@ mod tests {
         // Two values in one 512-byte block: one chunk.
         assert_eq!(coalesce(&[(10, 20), (30, 40)], u64::MAX), vec![0..512]);
         // Adjacent blocks merge; a gap does not.
-        assert_eq!(coalesce(&[(0, 512), (512, 600), (2048, 2100)], u64::MAX), vec![0..1024, 2048..2560]);
+        assert_eq!(
+            coalesce(&[(0, 512), (512, 600), (2048, 2100)], u64::MAX),
+            vec![0..1024, 2048..2560]
+        );
         // The limit clamps the end.
         assert_eq!(coalesce(&[(0, 100)], 100), vec![0..100]);
         // Adjacent 8 KiB pages merge up to 128 KiB, then a new chunk starts.

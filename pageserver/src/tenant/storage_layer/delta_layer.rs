@@ -82,7 +82,10 @@ impl Header {
         ensure!(&b[0..4] == MAGIC, "bad magic {:02x?} (not a delta layer)", &b[0..4]);
         let stored = u32::from_le_bytes(b[LEN..LEN + 4].try_into().unwrap());
         let computed = crc32c::crc32c(&b[..LEN]);
-        ensure!(stored == computed, "header checksum mismatch: stored {stored:#x}, computed {computed:#x}");
+        ensure!(
+            stored == computed,
+            "header checksum mismatch: stored {stored:#x}, computed {computed:#x}"
+        );
         let version = u16::from_le_bytes([b[4], b[5]]);
         ensure!(version == FORMAT_VERSION, "unsupported format version {version}");
         let key = |o: usize| Key::from_be_bytes(b[o..o + KEY_SIZE].try_into().unwrap());
@@ -119,12 +122,16 @@ impl DeltaLayer {
         let end_lsn = layer.end_lsn().expect("only frozen layers are flushed");
         let index = layer.sorted_entries();
         ensure!(!index.is_empty(), "flush of an empty layer");
-        let key_range = Key::from_compact(index[0].0)..Key::from_compact(index[index.len() - 1].0).next();
+        let key_range =
+            Key::from_compact(index[0].0)..Key::from_compact(index[index.len() - 1].0).next();
         let name = DeltaLayerName { key_range, lsn_range: layer.start_lsn..end_lsn };
         let path = dir.join(name.to_string());
         let tmp = temp_path(&path);
         let _ = std::fs::remove_file(&tmp);
-        let file = engine.open(&tmp, OpenMode::CREATE_NEW).await.with_context(|| format!("create {}", tmp.display()))?;
+        let file = engine
+            .open(&tmp, OpenMode::CREATE_NEW)
+            .await
+            .with_context(|| format!("create {}", tmp.display()))?;
 
         // Values, verbatim.
         let values_len = layer.size();
@@ -134,7 +141,9 @@ impl DeltaLayer {
         while off < values_len {
             let n = (values_len - off).min(COPY_CHUNK as u64) as usize;
             buf = eph.read_at(buf, off, n).await.context("read ephemeral file")?;
-            buf = write_at(&file, buf, HEADER_SIZE + off).await.with_context(|| format!("write {}", tmp.display()))?;
+            buf = write_at(&file, buf, HEADER_SIZE + off)
+                .await
+                .with_context(|| format!("write {}", tmp.display()))?;
             off += n as u64;
         }
 
@@ -151,7 +160,9 @@ impl DeltaLayer {
             ibuf.extend_from_slice(&entry);
         }
         ibuf.extend_from_slice(&crc.to_le_bytes());
-        write_at(&file, ibuf, index_offset).await.with_context(|| format!("write {}", tmp.display()))?;
+        write_at(&file, ibuf, index_offset)
+            .await
+            .with_context(|| format!("write {}", tmp.display()))?;
 
         let header = Header {
             tenant_id,
@@ -196,30 +207,47 @@ impl DeltaLayer {
         let file = engine.open(path, OpenMode::READ).await?;
         let file_size = file.len().await?;
         ensure!(file_size >= HEADER_SIZE, "file of {file_size} bytes is shorter than the header");
-        let (hbuf, res) = file.read_exact_at(AlignedBuf::with_capacity(HEADER_SIZE as usize), 0, HEADER_SIZE as usize).await;
+        let (hbuf, res) = file
+            .read_exact_at(AlignedBuf::with_capacity(HEADER_SIZE as usize), 0, HEADER_SIZE as usize)
+            .await;
         res?;
         let h = Header::decode(&hbuf)?;
-        ensure!(h.tenant_id == tenant_id && h.timeline_id == timeline_id, "belongs to {}/{}", h.tenant_id, h.timeline_id);
-        ensure!(h.key_range == name.key_range && h.lsn_range == name.lsn_range, "header ranges differ from the file name");
+        ensure!(
+            h.tenant_id == tenant_id && h.timeline_id == timeline_id,
+            "belongs to {}/{}",
+            h.tenant_id,
+            h.timeline_id
+        );
+        ensure!(
+            h.key_range == name.key_range && h.lsn_range == name.lsn_range,
+            "header ranges differ from the file name"
+        );
         let index_len = h.entry_count as usize * INDEX_ENTRY_SIZE;
         ensure!(h.index_offset >= HEADER_SIZE + h.values_len, "index overlaps values");
         ensure!(
             file_size == h.index_offset + index_len as u64 + 4,
             "file size {file_size} does not match its header (truncated or corrupt)"
         );
-        let (ibuf, res) =
-            file.read_exact_at(AlignedBuf::with_capacity(index_len + 4), h.index_offset, index_len + 4).await;
+        let (ibuf, res) = file
+            .read_exact_at(AlignedBuf::with_capacity(index_len + 4), h.index_offset, index_len + 4)
+            .await;
         res?;
         let stored = u32::from_le_bytes(ibuf[index_len..].try_into().unwrap());
         let computed = crc32c::crc32c(&ibuf[..index_len]);
-        ensure!(stored == computed, "index checksum mismatch: stored {stored:#x}, computed {computed:#x}");
+        ensure!(
+            stored == computed,
+            "index checksum mismatch: stored {stored:#x}, computed {computed:#x}"
+        );
         let mut index = Vec::with_capacity(h.entry_count as usize);
         for e in ibuf[..index_len].chunks_exact(INDEX_ENTRY_SIZE) {
             let key = Key::from_be_bytes(e[..KEY_SIZE].try_into().unwrap()).to_compact();
             let lsn = Lsn(u64::from_be_bytes(e[KEY_SIZE..KEY_SIZE + 8].try_into().unwrap()));
             let blob = BlobRef::from_raw(u64::from_be_bytes(e[KEY_SIZE + 8..].try_into().unwrap()));
             if blob.end() > h.values_len || !h.lsn_range.contains(&lsn) {
-                bail!("index entry for {} at {lsn} points outside the layer", Key::from_compact(key));
+                bail!(
+                    "index entry for {} at {lsn} points outside the layer",
+                    Key::from_compact(key)
+                );
             }
             index.push((key, lsn, blob));
         }
@@ -249,18 +277,11 @@ impl DeltaLayer {
 
     /// Read `len` bytes at `offset` of the values region.
     pub async fn read_chunk(&self, offset: u64, len: usize) -> io::Result<AlignedBuf> {
-        let (buf, res) = self.file.read_exact_at(AlignedBuf::with_capacity(len), HEADER_SIZE + offset, len).await;
+        let (buf, res) = self
+            .file
+            .read_exact_at(AlignedBuf::with_capacity(len), HEADER_SIZE + offset, len)
+            .await;
         res.map_err(|e| io::Error::new(e.kind(), format!("read {}: {e}", self.path.display())))?;
         Ok(buf)
-    }
-
-    pub fn keys_at_or_below(&self, lsn: Lsn, out: &mut Vec<CompactKey>) {
-        let mut last = None;
-        for (k, l, _) in &self.index {
-            if *l <= lsn && last != Some(*k) {
-                out.push(*k);
-                last = Some(*k);
-            }
-        }
     }
 }

@@ -45,7 +45,9 @@ struct State {
 
 impl State {
     fn len(&self) -> u64 {
-        self.flushed_len + self.pending.as_ref().map_or(0, |p| p.len() as u64) + self.tail.len() as u64
+        self.flushed_len
+            + self.pending.as_ref().map_or(0, |p| p.len() as u64)
+            + self.tail.len() as u64
     }
 }
 
@@ -85,7 +87,8 @@ impl EphemeralFile {
                 st.tail.extend_from_slice(&data[..n]);
                 data = &data[n..];
                 if st.tail.remaining() == 0 {
-                    let next = st.spare.take().unwrap_or_else(|| AlignedBuf::with_capacity(TAIL_SIZE));
+                    let next =
+                        st.spare.take().unwrap_or_else(|| AlignedBuf::with_capacity(TAIL_SIZE));
                     let full = Arc::new(std::mem::replace(&mut st.tail, next));
                     st.pending = Some(full.clone());
                     Some((full, st.flushed_len))
@@ -120,21 +123,32 @@ impl EphemeralFile {
 
     /// Read `len` bytes at `offset` into `buf` (cleared first). The range
     /// must have been appended already.
-    pub async fn read_at(&self, buf: AlignedBuf, offset: u64, len: usize) -> io::Result<AlignedBuf> {
+    pub async fn read_at(
+        &self,
+        buf: AlignedBuf,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<AlignedBuf> {
         let end = offset + len as u64;
         let mut buf = buf;
         // Copy the in-memory part under the lock; remember the disk part.
         let disk_end = {
             let st = self.state.read().unwrap();
-            assert!(end <= st.len(), "read [{offset}, {end}) past the end {} of {}", st.len(), self.path.display());
+            assert!(
+                end <= st.len(),
+                "read [{offset}, {end}) past the end {} of {}",
+                st.len(),
+                self.path.display()
+            );
             buf.clear();
             buf.set_len(len);
             let mut copy_from = |src: &[u8], src_start: u64| {
                 let src_end = src_start + src.len() as u64;
                 let (lo, hi) = (offset.max(src_start), end.min(src_end));
                 if lo < hi {
-                    buf[(lo - offset) as usize..(hi - offset) as usize]
-                        .copy_from_slice(&src[(lo - src_start) as usize..(hi - src_start) as usize]);
+                    buf[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(
+                        &src[(lo - src_start) as usize..(hi - src_start) as usize],
+                    );
                 }
             };
             let mut mem_start = st.flushed_len;
@@ -191,7 +205,8 @@ mod tests {
             model.extend_from_slice(&chunk);
         }
         assert!(model.len() > 3 * TAIL_SIZE);
-        for (off, len) in [(0, 10), (TAIL_SIZE - 5, 10), (100, 2 * TAIL_SIZE), (model.len() - 7, 7)] {
+        for (off, len) in [(0, 10), (TAIL_SIZE - 5, 10), (100, 2 * TAIL_SIZE), (model.len() - 7, 7)]
+        {
             let b = f.read_at(AlignedBuf::with_capacity(len), off as u64, len).await.unwrap();
             assert_eq!(&b[..], &model[off..off + len], "read at {off}+{len}");
         }

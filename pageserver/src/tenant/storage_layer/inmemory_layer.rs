@@ -128,12 +128,6 @@ impl InMemoryLayer {
         out
     }
 
-    /// Keys stored with an LSN at or below `lsn`.
-    pub fn keys_at_or_below(&self, lsn: Lsn, out: &mut Vec<CompactKey>) {
-        let index = self.index.read().unwrap();
-        out.extend(index.iter().filter(|(_, h)| h[0].0 <= lsn).map(|(k, _)| *k));
-    }
-
     pub fn ephemeral_file(&self) -> &EphemeralFile {
         &self.file
     }

@@ -53,7 +53,10 @@ impl LayerMap {
         let front = self.frozen.pop_front().expect("flushed layer is in the map");
         assert!(Arc::ptr_eq(&front, flushed), "layers must be flushed oldest first");
         if let Some(l0) = l0 {
-            debug_assert!(self.l0.last().is_none_or(|last| last.lsn_range().end <= l0.lsn_range().start));
+            debug_assert!(self
+                .l0
+                .last()
+                .is_none_or(|last| last.lsn_range().end <= l0.lsn_range().start));
             self.l0.push(l0);
         }
     }

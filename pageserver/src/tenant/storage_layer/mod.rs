@@ -55,7 +55,13 @@ impl BlobRef {
 
 impl fmt::Debug for BlobRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "BlobRef({}+{}{})", self.offset(), self.len(), if self.will_init() { ",init" } else { "" })
+        write!(
+            f,
+            "BlobRef({}+{}{})",
+            self.offset(),
+            self.len(),
+            if self.will_init() { ",init" } else { "" }
+        )
     }
 }
 
