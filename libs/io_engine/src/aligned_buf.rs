@@ -2,13 +2,24 @@
 //! `BUF_ALIGN` (4096, which also satisfies 512-byte direct IO).
 //!
 //! Invariant: `len <= cap`, and bytes `[0, cap)` are always initialized
-//! (allocated zeroed), so handing the whole capacity to the kernel is sound.
+//! (allocated zeroed, or reused from the pool, see `buf_pool.rs`), so
+//! handing the whole capacity to the kernel is sound.
+//!
+//! `with_capacity` always returns zeroed memory. `for_read` may return a
+//! recycled allocation whose bytes beyond `len` (0) are stale: for buffers a
+//! read fills before anything looks at them. Every dropped buffer of a
+//! poolable size goes back to the pool.
 
 use std::alloc::{self, Layout};
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
+use crate::buf_pool;
+
 pub const BUF_ALIGN: usize = 4096;
+const _: () = assert!(
+    BUF_ALIGN == buf_pool::POOL_ALIGN && BUF_ALIGN.is_power_of_two() && BUF_ALIGN % 512 == 0
+);
 
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -29,6 +40,17 @@ impl AlignedBuf {
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, len: 0, cap }
+    }
+
+    /// An empty buffer with room for at least `cap` bytes, for a read to
+    /// fill: taken from the pool when one of that size is free (its stale
+    /// bytes are initialized but unspecified), else freshly allocated.
+    pub fn for_read(cap: usize) -> Self {
+        let cap = cap.max(1).next_multiple_of(BUF_ALIGN);
+        match buf_pool::take(cap) {
+            Some(ptr) => AlignedBuf { ptr, len: 0, cap },
+            None => AlignedBuf::with_capacity(cap),
+        }
     }
 
     pub fn from_slice(data: &[u8]) -> Self {
@@ -87,9 +109,10 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        let Some(ptr) = buf_pool::give(self.ptr, self.cap) else { return };
         let layout = Layout::from_size_align(self.cap, BUF_ALIGN).unwrap();
         // SAFETY: allocated in with_capacity with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        unsafe { alloc::dealloc(ptr.as_ptr(), layout) }
     }
 }
 
@@ -135,6 +158,29 @@ mod tests {
         assert_eq!(&b[5..10], &[0; 5]);
         b.clear();
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn for_read_reuses_dropped_buffers() {
+        // A class no other test uses (parallel tests share the pool).
+        let cap = 29 * BUF_ALIGN;
+        let mut b = AlignedBuf::for_read(cap - 10);
+        assert_eq!((b.len(), b.capacity()), (0, cap));
+        b.extend_from_slice(&[7; 100]);
+        let ptr = b.as_ptr();
+        drop(b);
+        assert_eq!(crate::buf_pool::free_count(cap), 1);
+        let b = AlignedBuf::for_read(cap);
+        assert_eq!(b.as_ptr(), ptr, "the dropped allocation is reused");
+        assert!(b.is_empty(), "stale bytes are not visible");
+        drop(b);
+        // with_capacity never takes from the pool: always zeroed.
+        let mut z = AlignedBuf::with_capacity(cap);
+        z.set_len(100);
+        assert!(z.iter().all(|&x| x == 0));
+        // Buffers larger than the pooled sizes are freed, not kept.
+        drop(AlignedBuf::for_read(crate::buf_pool::MAX_POOLED_CAP + 1));
+        assert_eq!(crate::buf_pool::free_count(crate::buf_pool::MAX_POOLED_CAP + BUF_ALIGN), 0);
     }
 
     #[test]

@@ -1,22 +1,45 @@
 //! File IO for the pageserver: one interface, several engines.
 //!
-//! Every read and write of layer files, ephemeral files and metadata goes
-//! through `IoEngine`/`File`. Calls take and return owned buffers
-//! (`AlignedBuf`), the shape io_uring needs: the kernel may own the memory
-//! while the operation is in flight, so the caller gets it back with the
-//! result.
+//! Every file operation of the daemon goes through `IoEngine`/`File`: open,
+//! positional read and write, fsync, set_len, and the namespace operations
+//! (create_dir_all, read_dir, rename, remove_file, remove_dir_all, fsync of a
+//! directory). Nothing in the daemon calls `std::fs` for its data directory,
+//! so a test engine can see (and fault) every operation.
+//!
+//! Calls take and return owned buffers (`AlignedBuf`), the shape io_uring
+//! needs: the kernel may own the memory while the operation is in flight, so
+//! the caller gets it back with the result.
 //!
 //! Engines:
 //! - `std-fs`: positional `pread`/`pwrite`/`fsync` executed inline on the
 //!   calling thread (page-cache hits cost ~1 µs; no thread hop as in tokio::fs).
 //!
-//! Durability helper: `durable_replace` = write temp, fsync, rename, fsync dir.
+//! Failpoints (`testing` feature of `utils`): every operation checks one named
+//! `io::<op>::err` before it runs (`io::open::err`, `io::read::err`,
+//! `io::write::err`, `io::fsync::err`, `io::set_len::err`, `io::create_dir::err`,
+//! `io::read_dir::err`, `io::rename::err`, `io::remove::err`,
+//! `io::fsync_dir::err`); `return` makes the operation fail with an error
+//! naming the failpoint and the path.
+//!
+//! Open files are bounded (`max_open_files`): an open beyond the bound fails
+//! with an error naming the limit instead of exhausting the process's
+//! descriptors (sockets need them too).
+//!
+//! Read buffers: `AlignedBuf::for_read` recycles dropped buffers of up to
+//! 132 KiB through a bounded process-wide pool (`buf_pool.rs`).
+//!
+//! Durability helpers: [`IoEngine::write_file_durably`] and [`TempFile`]
+//! (write `<name>.___temp`, fsync, rename over `<name>`, fsync the directory).
 
 mod aligned_buf;
+mod buf_pool;
 mod std_fs;
 
+use std::ffi::OsString;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 pub use aligned_buf::{AlignedBuf, BUF_ALIGN};
 
@@ -37,6 +60,10 @@ impl std::str::FromStr for IoEngineKind {
     }
 }
 
+/// Default bound on files open through one engine (layer files stay open
+/// while their layer is loaded, so this bounds loaded layers too).
+pub const DEFAULT_MAX_OPEN_FILES: usize = 16 * 1024;
+
 /// How to open a file.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenMode {
@@ -56,53 +83,233 @@ impl OpenMode {
         OpenMode { write: true, create: false, create_new: false, truncate: false };
 }
 
-/// The engine handle; cheap to clone.
+/// One entry of [`IoEngine::read_dir`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DirEntry {
+    pub name: OsString,
+    pub is_dir: bool,
+}
+
+impl DirEntry {
+    /// The name as UTF-8, lossily (names the daemon writes are ASCII).
+    pub fn name_lossy(&self) -> String {
+        self.name.to_string_lossy().into_owned()
+    }
+}
+
+/// The engine handle; cheap to clone (all clones share the open-file bound).
 #[derive(Clone, Debug)]
 pub struct IoEngine {
     kind: IoEngineKind,
+    open_files: Arc<OpenFiles>,
+}
+
+/// The open-file bound shared by all clones of an engine.
+#[derive(Debug)]
+struct OpenFiles {
+    max: usize,
+    current: AtomicUsize,
+}
+
+/// Held by an open `File`; gives its slot back on drop.
+struct OpenFileSlot(Arc<OpenFiles>);
+
+impl Drop for OpenFileSlot {
+    fn drop(&mut self) {
+        let prev = self.0.current.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(prev > 0, "open-file count underflow");
+    }
+}
+
+/// Check the failpoint `io::<op>::err`; an error names it and the path.
+fn fail(op: &str, path: &Path) -> io::Result<()> {
+    if !utils::failpoint::ENABLED {
+        return Ok(());
+    }
+    utils::failpoint::failpoint(&format!("io::{op}::err"))
+        .map_err(|e| io::Error::other(format!("{op} {}: {e}", path.display())))
+}
+
+/// An error that names the operation and the path.
+fn named<'a>(op: &'a str, path: &'a Path) -> impl FnOnce(io::Error) -> io::Error + 'a {
+    move |e| io::Error::new(e.kind(), format!("{op} {}: {e}", path.display()))
 }
 
 impl IoEngine {
     pub fn new(kind: IoEngineKind) -> io::Result<Self> {
-        Ok(IoEngine { kind })
+        Self::with_max_open_files(kind, DEFAULT_MAX_OPEN_FILES)
+    }
+
+    pub fn with_max_open_files(kind: IoEngineKind, max_open_files: usize) -> io::Result<Self> {
+        assert!(max_open_files > 0, "max_open_files must be positive");
+        let open_files = Arc::new(OpenFiles { max: max_open_files, current: AtomicUsize::new(0) });
+        Ok(IoEngine { kind, open_files })
     }
 
     pub fn kind(&self) -> IoEngineKind {
         self.kind
     }
 
-    pub async fn open(&self, path: &Path, mode: OpenMode) -> io::Result<File> {
-        match self.kind {
-            IoEngineKind::StdFs => {
-                Ok(File { inner: FileInner::Std(std_fs::StdFile::open(path, mode)?) })
-            }
-        }
+    /// Files open through this engine (and its clones) right now.
+    pub fn open_file_count(&self) -> usize {
+        self.open_files.current.load(Ordering::Relaxed)
     }
 
-    /// fsync a directory, making renames and creations in it durable.
+    fn take_open_slot(&self, path: &Path) -> io::Result<OpenFileSlot> {
+        let of = &self.open_files;
+        let prev = of.current.fetch_add(1, Ordering::Relaxed);
+        let slot = OpenFileSlot(of.clone());
+        if prev >= of.max {
+            drop(slot);
+            return Err(io::Error::other(format!(
+                "open {}: {} files are open, the limit max_open_files is {}",
+                path.display(),
+                prev,
+                of.max
+            )));
+        }
+        Ok(slot)
+    }
+
+    pub async fn open(&self, path: &Path, mode: OpenMode) -> io::Result<File> {
+        fail("open", path)?;
+        let slot = self.take_open_slot(path)?;
+        let inner = match self.kind {
+            IoEngineKind::StdFs => FileInner::Std(std_fs::StdFile::open(path, mode)?),
+        };
+        Ok(File { inner, path: path.to_path_buf(), _slot: slot })
+    }
+
+    /// Create a directory and its missing parents (not durable by itself:
+    /// fsync the parent with [`Self::fsync_dir`]).
+    pub async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fail("create_dir", path)?;
+        std::fs::create_dir_all(path).map_err(named("create directory", path))
+    }
+
+    /// The entries of a directory, sorted by name.
+    pub async fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        fail("read_dir", path)?;
+        std_fs::read_dir(path).map_err(named("list", path))
+    }
+
+    /// Whether `path` exists (a file or a directory).
+    pub async fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists().map_err(named("stat", path))
+    }
+
+    /// Rename `from` to `to`, replacing `to` if it is a file. Durable only
+    /// after an fsync of the directory (both directories, if they differ).
+    pub async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fail("rename", from)?;
+        std::fs::rename(from, to).map_err(|e| {
+            io::Error::new(e.kind(), format!("rename {} to {}: {e}", from.display(), to.display()))
+        })
+    }
+
+    /// Remove a file. Durable only after an fsync of its directory.
+    pub async fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fail("remove", path)?;
+        std::fs::remove_file(path).map_err(named("remove", path))
+    }
+
+    /// Remove a directory and everything in it.
+    pub async fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        fail("remove", path)?;
+        std::fs::remove_dir_all(path).map_err(named("remove directory", path))
+    }
+
+    /// fsync a directory, making renames, creations and removals in it durable.
     pub async fn fsync_dir(&self, path: &Path) -> io::Result<()> {
+        fail("fsync_dir", path)?;
         std_fs::fsync_dir(path)
     }
 
-    /// Atomically and durably replace `path` with `data`: write `path.___temp`,
-    /// fsync it, rename over `path`, fsync the parent directory. A crash at any
-    /// point leaves either the old or the new content (plus possibly a temp
-    /// file, which start-up deletes).
-    pub async fn durable_replace(&self, path: &Path, data: &[u8]) -> io::Result<()> {
-        let tmp = temp_path(path);
-        let _ = std::fs::remove_file(&tmp);
-        let file = self.open(&tmp, OpenMode::CREATE_NEW).await?;
-        let (_, res) = file.write_all_at(AlignedBuf::from_slice(data), 0).await;
+    /// Read a whole file of at most `max_len` bytes (a longer file is an
+    /// error naming it).
+    pub async fn read_file(&self, path: &Path, max_len: usize) -> io::Result<Vec<u8>> {
+        let file = self.open(path, OpenMode::READ).await?;
+        let len = file.len().await?;
+        if len > max_len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is {len} bytes, more than the {max_len} expected", path.display()),
+            ));
+        }
+        let len = len as usize;
+        let (buf, res) = file.read_exact_at(AlignedBuf::for_read(len), 0, len).await;
         res?;
-        file.sync_all().await?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
-        self.fsync_dir(path.parent().expect("file has a parent directory")).await
+        Ok(buf.to_vec())
+    }
+
+    /// Start writing `path` crash-safely: see [`TempFile`].
+    pub async fn create_temp(&self, path: &Path) -> io::Result<TempFile> {
+        let tmp = temp_path(path);
+        if self.exists(&tmp).await? {
+            self.remove_file(&tmp).await?; // a leftover of an earlier failed attempt
+        }
+        let file = self.open(&tmp, OpenMode::CREATE_NEW).await?;
+        Ok(TempFile { engine: self.clone(), file: Some(file), tmp, path: path.to_path_buf() })
+    }
+
+    /// Atomically and durably replace `path` with `data`: write
+    /// `path.___temp`, fsync it, rename over `path`, fsync the parent
+    /// directory. A crash at any point leaves either the old or the new
+    /// content (plus possibly a temp file, which start-up deletes).
+    pub async fn write_file_durably(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        let tmp = self.create_temp(path).await?;
+        let (_, res) = tmp.file().write_all_at(AlignedBuf::from_slice(data), 0).await;
+        res?;
+        tmp.commit().await?;
+        Ok(())
     }
 }
 
+/// A file being written crash-safely under `<path>.___temp`. `commit` fsyncs
+/// it, renames it to `<path>` and fsyncs the directory, then returns the
+/// open file (now at `<path>`). Dropped uncommitted, the temp file stays
+/// behind for start-up (or the next `create_temp`) to remove: removal here
+/// would be a blocking call in a destructor.
+pub struct TempFile {
+    engine: IoEngine,
+    file: Option<File>,
+    tmp: PathBuf,
+    path: PathBuf,
+}
+
+impl TempFile {
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("present until commit")
+    }
+
+    pub fn temp_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// fsync, rename into place, fsync the directory. Failpoints between the
+    /// steps: `io::temp::before-fsync`, `io::temp::before-rename`,
+    /// `io::temp::after-rename`.
+    pub async fn commit(mut self) -> io::Result<File> {
+        let mut file = self.file.take().expect("commit once");
+        checkpoint("io::temp::before-fsync", &self.tmp)?;
+        file.sync_all().await?;
+        checkpoint("io::temp::before-rename", &self.tmp)?;
+        self.engine.rename(&self.tmp, &self.path).await?;
+        let dir = self.path.parent().expect("file has a parent directory");
+        self.engine.fsync_dir(dir).await?;
+        checkpoint("io::temp::after-rename", &self.path)?;
+        file.path = self.path.clone();
+        Ok(file)
+    }
+}
+
+fn checkpoint(name: &str, path: &Path) -> io::Result<()> {
+    utils::failpoint::failpoint(name)
+        .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
+}
+
 /// The temp-file name used while a file is being written (`<name>.___temp`).
-pub fn temp_path(path: &Path) -> std::path::PathBuf {
+pub fn temp_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(TEMP_SUFFIX);
     s.into()
@@ -118,9 +325,15 @@ enum FileInner {
 /// concurrent reads through `&File` are fine.
 pub struct File {
     inner: FileInner,
+    path: PathBuf,
+    _slot: OpenFileSlot,
 }
 
 impl File {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Read exactly `len` bytes at `offset` into `buf` (its old content is
     /// discarded; `len` must fit its capacity). EOF before `len` is an
     /// `UnexpectedEof` error.
@@ -131,6 +344,10 @@ impl File {
         len: usize,
     ) -> (AlignedBuf, io::Result<()>) {
         assert!(len <= buf.capacity(), "read of {len} bytes into a {} byte buffer", buf.capacity());
+        if let Err(e) = fail("read", &self.path) {
+            buf.set_len(0);
+            return (buf, Err(e));
+        }
         let res = match &self.inner {
             FileInner::Std(f) => f.read_exact_at(&mut buf.spare_full_mut()[..len], offset),
         };
@@ -140,16 +357,21 @@ impl File {
 
     /// Write all of `buf` at `offset`.
     pub async fn write_all_at(&self, buf: AlignedBuf, offset: u64) -> (AlignedBuf, io::Result<()>) {
+        if let Err(e) = fail("write", &self.path) {
+            return (buf, Err(e));
+        }
         let res = match &self.inner {
             FileInner::Std(f) => f.write_all_at(&buf, offset),
         };
-        (buf, res)
+        (buf, res.map_err(named("write", &self.path)))
     }
 
     pub async fn sync_all(&self) -> io::Result<()> {
+        fail("fsync", &self.path)?;
         match &self.inner {
             FileInner::Std(f) => f.sync_all(),
         }
+        .map_err(named("fsync", &self.path))
     }
 
     pub async fn len(&self) -> io::Result<u64> {
@@ -159,9 +381,11 @@ impl File {
     }
 
     pub async fn set_len(&self, len: u64) -> io::Result<()> {
+        fail("set_len", &self.path)?;
         match &self.inner {
             FileInner::Std(f) => f.set_len(len),
         }
+        .map_err(named("set_len", &self.path))
     }
 }
 
@@ -184,8 +408,48 @@ mod tests {
         assert_eq!(r.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
         assert!(eng.open(&p, OpenMode::CREATE_NEW).await.is_err());
 
-        eng.durable_replace(&p, b"new").await.unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"new");
-        assert!(!temp_path(&p).exists());
+        eng.write_file_durably(&p, b"new").await.unwrap();
+        assert_eq!(eng.read_file(&p, 16).await.unwrap(), b"new");
+        assert!(!eng.exists(&temp_path(&p)).await.unwrap());
+        assert!(eng.read_file(&p, 2).await.unwrap_err().to_string().contains("more than"));
+    }
+
+    #[tokio::test]
+    async fn namespace_operations() {
+        let dir = tempfile::tempdir().unwrap();
+        let eng = IoEngine::new(IoEngineKind::StdFs).unwrap();
+        let sub = dir.path().join("a/b");
+        eng.create_dir_all(&sub).await.unwrap();
+        eng.write_file_durably(&sub.join("y"), b"1").await.unwrap();
+        eng.write_file_durably(&sub.join("x"), b"2").await.unwrap();
+        eng.create_dir_all(&sub.join("d")).await.unwrap();
+        let names: Vec<_> = eng
+            .read_dir(&sub)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name_lossy(), e.is_dir))
+            .collect();
+        assert_eq!(names, [("d".into(), true), ("x".into(), false), ("y".into(), false)]);
+        eng.rename(&sub.join("x"), &sub.join("z")).await.unwrap();
+        eng.remove_file(&sub.join("y")).await.unwrap();
+        eng.fsync_dir(&sub).await.unwrap();
+        let err = eng.remove_file(&sub.join("y")).await.unwrap_err();
+        assert!(err.to_string().contains("remove") && err.to_string().contains("/y"), "{err}");
+        eng.remove_dir_all(&dir.path().join("a")).await.unwrap();
+        assert!(!eng.exists(&sub).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn open_files_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let eng = IoEngine::with_max_open_files(IoEngineKind::StdFs, 2).unwrap();
+        let a = eng.open(&dir.path().join("a"), OpenMode::CREATE_NEW).await.unwrap();
+        let _b = eng.open(&dir.path().join("b"), OpenMode::CREATE_NEW).await.unwrap();
+        let err = eng.open(&dir.path().join("c"), OpenMode::CREATE_NEW).await.err().unwrap();
+        assert!(err.to_string().contains("max_open_files is 2"), "{err}");
+        assert_eq!(eng.open_file_count(), 2);
+        drop(a);
+        eng.open(&dir.path().join("c"), OpenMode::CREATE_NEW).await.unwrap();
     }
 }

@@ -48,3 +48,14 @@ pub(crate) fn fsync_dir(path: &Path) -> io::Result<()> {
         .and_then(|d| d.sync_all())
         .map_err(|e| io::Error::new(e.kind(), format!("fsync directory {}: {e}", path.display())))
 }
+
+pub(crate) fn read_dir(path: &Path) -> io::Result<Vec<crate::DirEntry>> {
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(path)? {
+        let entry = entry?;
+        let is_dir = entry.file_type()?.is_dir();
+        entries.push(crate::DirEntry { name: entry.file_name(), is_dir });
+    }
+    entries.sort();
+    Ok(entries)
+}

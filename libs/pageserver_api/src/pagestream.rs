@@ -494,6 +494,53 @@ impl PagestreamBeMessage {
         }
     }
 
+    /// Like [`Self::serialize_into`], but a GetPage page or an SLRU segment
+    /// (the bulk of the message, always last) is not copied: it is returned,
+    /// to be sent right after what was appended to `buf` (e.g. with a
+    /// vectored write). Same panics.
+    pub fn serialize_head_into(
+        &self,
+        buf: &mut BytesMut,
+        version: PagestreamProtocolVersion,
+    ) -> Option<Bytes> {
+        match self {
+            PagestreamBeMessage::GetPage(r) => {
+                assert_eq!(r.page.len(), BLCKSZ, "GetPage response page must be BLCKSZ bytes");
+                buf.reserve(self.serialized_len(version) - BLCKSZ);
+                buf.put_u8(self.tag());
+                if version == PagestreamProtocolVersion::V3 {
+                    let hdr = self.request_header();
+                    buf.put_u64(hdr.reqid);
+                    buf.put_u64(hdr.request_lsn.0);
+                    buf.put_u64(hdr.not_modified_since.0);
+                    put_rel(buf, &r.req.rel);
+                    buf.put_u32(r.req.blkno);
+                }
+                Some(r.page.clone())
+            }
+            PagestreamBeMessage::GetSlruSegment(r) => {
+                assert!(
+                    r.segment.len() % BLCKSZ == 0 && r.segment.len() / BLCKSZ <= u32::MAX as usize,
+                    "SLRU segment must be a whole number of pages, got {} bytes",
+                    r.segment.len()
+                );
+                // The encoding with an empty segment, then the real page count.
+                let empty = PagestreamBeMessage::GetSlruSegment(PagestreamGetSlruSegmentResponse {
+                    req: r.req,
+                    segment: Bytes::new(),
+                });
+                empty.serialize_into(buf, version);
+                let at = buf.len() - 4;
+                buf[at..].copy_from_slice(&((r.segment.len() / BLCKSZ) as u32).to_be_bytes());
+                Some(r.segment.clone())
+            }
+            _ => {
+                self.serialize_into(buf, version);
+                None
+            }
+        }
+    }
+
     /// The encoded response.
     pub fn serialize(&self, version: PagestreamProtocolVersion) -> Bytes {
         let mut buf = BytesMut::with_capacity(self.serialized_len(version));

@@ -1,6 +1,6 @@
 //! The executor's half of a request: wait for the effective LSN, read, and
-//! encode the responses (in request order) into the connection's output
-//! buffer. Shared by the serial and pipelined handlers; flushing is theirs.
+//! encode the responses (in request order) into the connection's
+//! `FrameWriter` (pages are referenced, not copied). Shared by the serial and pipelined handlers; flushing is theirs.
 //!
 //! Invariants:
 //! - exactly one response is encoded per request, in request order, unless
@@ -14,7 +14,6 @@
 
 use std::time::Instant;
 
-use bytes::BytesMut;
 use pageserver_api::pagestream::{
     PagestreamBeMessage, PagestreamDbSizeResponse, PagestreamErrorResponse,
     PagestreamExistsResponse, PagestreamFeMessage, PagestreamGetPageResponse,
@@ -29,7 +28,7 @@ use utils::lsn::Lsn;
 
 use super::batch::{smgr_query_type, BatchedFeMessage, GetPageBatch};
 use super::error::{PageStreamError, QueryError};
-use super::libpq::be;
+use super::libpq::FrameWriter;
 use crate::metrics::page_service::{BatchBreakReason, SmgrQueryType, METRICS};
 use crate::pgdatadir_mapping as datadir;
 use crate::tenant::Timeline;
@@ -45,7 +44,7 @@ pub struct ExecCtx<'a> {
 }
 
 fn encode_error(
-    out: &mut BytesMut,
+    out: &mut FrameWriter,
     v: PagestreamProtocolVersion,
     hdr: PagestreamRequest,
     err: &PageStreamError,
@@ -53,7 +52,7 @@ fn encode_error(
     debug!(reqid = hdr.reqid, "pagestream request failed: {err}");
     let msg =
         PagestreamBeMessage::Error(PagestreamErrorResponse { req: hdr, message: err.to_string() });
-    be::pagestream(out, &msg, v);
+    out.pagestream(&msg, v);
 }
 
 /// Waits until `lsn` is readable, if it is not already; observes the wait.
@@ -71,7 +70,7 @@ async fn wait_for(ctx: &ExecCtx<'_>, lsn: Lsn) -> Result<(), PageStreamError> {
 pub async fn execute(
     ctx: &ExecCtx<'_>,
     work: BatchedFeMessage,
-    out: &mut BytesMut,
+    out: &mut FrameWriter,
 ) -> Result<(), QueryError> {
     match work {
         BatchedFeMessage::GetPage(batch) => execute_getpages(ctx, batch, out).await,
@@ -92,7 +91,7 @@ pub async fn execute(
                     return Ok(());
                 }
             };
-            be::pagestream(out, &msg, ctx.version);
+            out.pagestream(&msg, ctx.version);
             METRICS.smgr_query_seconds(kind).observe(started.elapsed().as_secs_f64());
             Ok(())
         }
@@ -148,7 +147,7 @@ async fn execute_single(
 async fn execute_getpages(
     ctx: &ExecCtx<'_>,
     batch: GetPageBatch,
-    out: &mut BytesMut,
+    out: &mut FrameWriter,
 ) -> Result<(), QueryError> {
     let started = Instant::now();
     let n = batch.pages.len();
@@ -181,7 +180,7 @@ async fn execute_getpages(
                             req: item.req,
                             page,
                         });
-                        be::pagestream(out, &msg, ctx.version);
+                        out.pagestream(&msg, ctx.version);
                     }
                     Ok(page) => {
                         let err = PageStreamError::Read(format!(

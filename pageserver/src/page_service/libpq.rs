@@ -15,10 +15,14 @@
 //! - every socket operation that can block races the caller's cancellation
 //!   token, so a peer that stops reading or writing never blocks shutdown;
 //! - [`FrameWriter`] only buffers; bytes reach the socket in [`FrameWriter::flush`].
+//!   Pagestream pages and SLRU segments are not copied into its buffer: it
+//!   keeps the `Bytes` and sends them in place with vectored writes, in the
+//!   order they were encoded.
 
+use std::io::IoSlice;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use pageserver_api::pagestream::{PagestreamBeMessage, PagestreamProtocolVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -235,20 +239,42 @@ pub fn single_cstr(mut body: &[u8]) -> Result<&str, QueryError> {
     Ok(s)
 }
 
+/// Most slices one `writev` takes (Linux `IOV_MAX`).
+const MAX_IOVECS: usize = 1024;
+
 /// Buffered backend messages and the write half they go out on.
 pub struct FrameWriter {
     wr: OwnedWriteHalf,
     buf: BytesMut,
+    /// Bodies sent in place: `(at, body)` goes out right after `buf[..at]`;
+    /// `at` never decreases.
+    bodies: Vec<(usize, Bytes)>,
 }
 
 impl FrameWriter {
     pub fn new(wr: OwnedWriteHalf) -> FrameWriter {
-        FrameWriter { wr, buf: BytesMut::with_capacity(WRITE_BUF_CAPACITY) }
+        FrameWriter { wr, buf: BytesMut::with_capacity(WRITE_BUF_CAPACITY), bodies: Vec::new() }
     }
 
     /// The output buffer, for the `be` encoders.
     pub fn buf(&mut self) -> &mut BytesMut {
         &mut self.buf
+    }
+
+    /// Appends one pagestream response in one CopyData; a page or SLRU
+    /// segment is referenced, not copied.
+    pub fn pagestream(&mut self, msg: &PagestreamBeMessage, v: PagestreamProtocolVersion) {
+        let len = msg.serialized_len(v);
+        self.buf.reserve(5 + 64);
+        self.buf.put_u8(b'd');
+        self.buf.put_u32(4 + len as u32);
+        let start = self.buf.len();
+        let body = msg.serialize_head_into(&mut self.buf, v);
+        let head = self.buf.len() - start;
+        debug_assert_eq!(head + body.as_ref().map_or(0, |b| b.len()), len);
+        if let Some(body) = body.filter(|b| !b.is_empty()) {
+            self.bodies.push((self.buf.len(), body));
+        }
     }
 
     /// Sends FIN after everything written so far (a half close).
@@ -258,13 +284,42 @@ impl FrameWriter {
 
     /// Writes everything buffered to the socket.
     pub async fn flush(&mut self, cancel: &CancellationToken) -> Result<(), QueryError> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Err(QueryError::Shutdown),
-            r = self.wr.write_all(&self.buf) => r?,
+        if self.bodies.is_empty() {
+            if self.buf.is_empty() {
+                return Ok(());
+            }
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(QueryError::Shutdown),
+                r = self.wr.write_all(&self.buf) => r?,
+            }
+        } else {
+            let mut slices = Vec::with_capacity(2 * self.bodies.len() + 1);
+            let mut from = 0;
+            for (at, body) in &self.bodies {
+                if *at > from {
+                    slices.push(IoSlice::new(&self.buf[from..*at]));
+                }
+                slices.push(IoSlice::new(body));
+                from = *at;
+            }
+            if from < self.buf.len() {
+                slices.push(IoSlice::new(&self.buf[from..]));
+            }
+            let mut rest = &mut slices[..];
+            while !rest.is_empty() {
+                let n = rest.len().min(MAX_IOVECS);
+                let written = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return Err(QueryError::Shutdown),
+                    r = self.wr.write_vectored(&rest[..n]) => r?,
+                };
+                if written == 0 {
+                    return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into());
+                }
+                IoSlice::advance_slices(&mut rest, written);
+            }
+            self.bodies.clear();
         }
         self.buf.clear();
         if self.buf.capacity() > WRITE_BUF_RETAIN {
@@ -347,17 +402,6 @@ pub mod be {
             b.put_u8(0);
             b.put_i16(0);
         });
-    }
-
-    /// One pagestream response in one CopyData.
-    pub fn pagestream(buf: &mut BytesMut, msg: &PagestreamBeMessage, v: PagestreamProtocolVersion) {
-        let len = msg.serialized_len(v);
-        buf.reserve(5 + len);
-        buf.put_u8(b'd');
-        buf.put_u32(4 + len as u32);
-        let start = buf.len();
-        msg.serialize_into(buf, v);
-        debug_assert_eq!(buf.len() - start, len);
     }
 }
 

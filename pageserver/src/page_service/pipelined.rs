@@ -180,11 +180,10 @@ async fn exec_loop(
                 Err(spsc_fold::RecvError::SenderGone) => return Ok(()),
             },
         };
-        let out = writer.buf();
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
-            r = execute(&ctx, work, out) => r?,
+            r = execute(&ctx, work, &mut *writer) => r?,
         }
         writer.flush(cancel).await?;
     }

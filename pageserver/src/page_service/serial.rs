@@ -5,7 +5,6 @@
 //! trivially in request order. Shutdown is observed while reading, executing
 //! and flushing, so a client that never reads cannot hold the stream open.
 
-use bytes::BytesMut;
 use pageserver_api::pagestream::PagestreamProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
@@ -27,11 +26,10 @@ pub async fn run(
         let Some(work) = next_request(reader, tl, version, cancel).await? else {
             return Ok(());
         };
-        let out: &mut BytesMut = writer.buf();
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
-            r = execute(&ctx, work, out) => r?,
+            r = execute(&ctx, work, &mut *writer) => r?,
         }
         writer.flush(cancel).await?;
     }

@@ -6,9 +6,7 @@
 //! relations are cached (the steady state); when some are not, their size
 //! keys ride along in the same call, or, if that exceeds
 //! `max_get_vectored_keys`, are read first. Duplicate (rel, blk, lsn) are
-//! read once. Results are in request order, one per page.
-
-use std::collections::HashMap;
+//! read once (the vectored read deduplicates its queries). Results are in request order, one per page.
 
 use bytes::Bytes;
 use pageserver_api::key::Key;
@@ -72,31 +70,30 @@ pub async fn get_rel_pages_batched(
 ) -> Result<Vec<Result<Bytes, DatadirError>>, GetVectoredError> {
     let latest = tl.get_last_record_lsn();
 
-    // 1. Sizes from the cache; remember which (rel, lsn) miss.
-    let mut sizes: HashMap<(RelTag, Lsn), Result<Option<u32>, DatadirError>> = HashMap::new();
+    // 1. Sizes from the cache; remember which (rel, lsn) miss. A batch
+    // touches few distinct relations, so a linear scan beats hashing.
+    let mut sizes = SizeTable::default();
     let mut misses: Vec<(RelTag, Lsn)> = Vec::new();
     for &(rel, _, lsn) in pages {
-        if rel.relnode == 0 || sizes.contains_key(&(rel, lsn)) || misses.contains(&(rel, lsn)) {
+        if rel.relnode == 0 || sizes.get(rel, lsn).is_some() || misses.contains(&(rel, lsn)) {
             continue;
         }
         match tl.datadir_cache.lookup(rel, lsn) {
-            Some(size) => {
-                sizes.insert((rel, lsn), Ok(size));
-            }
+            Some(size) => sizes.insert(rel, lsn, Ok(size)),
             None => misses.push((rel, lsn)),
         }
     }
 
-    // 2. Page queries, deduplicated, skipping pages already answered.
+    // 2. Page queries, skipping pages already answered. Duplicates are
+    // passed on: the vectored read plans and reads each (key, lsn) once.
     let mut queries: Vec<(Key, Lsn)> = Vec::with_capacity(pages.len() + misses.len());
-    let mut index: HashMap<(Key, Lsn), usize> = HashMap::with_capacity(pages.len());
     let mut plans = Vec::with_capacity(pages.len());
     for &(rel, blk, lsn) in pages {
         if rel.relnode == 0 {
             plans.push(Plan::Done(Err(DatadirError::RelNotFound { rel, lsn })));
             continue;
         }
-        match sizes.get(&(rel, lsn)) {
+        match sizes.get(rel, lsn) {
             Some(Ok(None)) => {
                 plans.push(Plan::Done(Err(DatadirError::RelNotFound { rel, lsn })));
                 continue;
@@ -107,12 +104,8 @@ pub async fn get_rel_pages_batched(
             }
             _ => {}
         }
-        let q = (Key::rel_block(rel, blk), lsn);
-        let i = *index.entry(q).or_insert_with(|| {
-            queries.push(q);
-            queries.len() - 1
-        });
-        plans.push(Plan::Query(i));
+        plans.push(Plan::Query(queries.len()));
+        queries.push((Key::rel_block(rel, blk), lsn));
     }
 
     // 3. Read: pages plus missing sizes in one call when allowed.
@@ -154,7 +147,7 @@ pub async fn get_rel_pages_batched(
                 tl.datadir_cache.fill(rel, lsn, *s);
             }
         }
-        sizes.insert((rel, lsn), size);
+        sizes.insert(rel, lsn, size);
     }
 
     // 5. Assemble in request order.
@@ -164,7 +157,7 @@ pub async fn get_rel_pages_batched(
         .map(|(&(rel, blk, lsn), plan)| match plan {
             Plan::Done(r) => r,
             Plan::Query(i) => {
-                match sizes.get(&(rel, lsn)).expect("size known for every queried page") {
+                match sizes.get(rel, lsn).expect("size known for every queried page") {
                     Err(e) => Err(e.clone()),
                     Ok(None) => Err(DatadirError::RelNotFound { rel, lsn }),
                     Ok(Some(n)) if blk >= *n => Ok(zero_page()),
@@ -174,6 +167,25 @@ pub async fn get_rel_pages_batched(
         })
         .collect();
     Ok(out)
+}
+
+/// A relation's size in blocks (`None`: it does not exist), or why unknown.
+type SizeResult = Result<Option<u32>, DatadirError>;
+
+/// Relation sizes of one batch, keyed by (rel, lsn); a handful of entries.
+#[derive(Default)]
+struct SizeTable(Vec<((RelTag, Lsn), SizeResult)>);
+
+impl SizeTable {
+    fn get(&self, rel: RelTag, lsn: Lsn) -> Option<&SizeResult> {
+        self.0.iter().find(|(k, _)| *k == (rel, lsn)).map(|(_, v)| v)
+    }
+
+    /// Callers insert each (rel, lsn) once.
+    fn insert(&mut self, rel: RelTag, lsn: Lsn, size: SizeResult) {
+        debug_assert!(self.get(rel, lsn).is_none());
+        self.0.push(((rel, lsn), size));
+    }
 }
 
 fn page_result(

@@ -77,7 +77,7 @@ impl TimelineMetadata {
     pub async fn persist(&self, engine: &IoEngine, dir: &Path) -> anyhow::Result<()> {
         let path = dir.join(METADATA_FILE);
         engine
-            .durable_replace(&path, &self.encode())
+            .write_file_durably(&path, &self.encode())
             .await
             .with_context(|| format!("persist {}", path.display()))
     }

@@ -11,6 +11,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use pageserver_api::key::Key;
+use smallvec::SmallVec;
 use utils::lsn::Lsn;
 
 use super::reconstruct::reconstruct;
@@ -49,8 +50,9 @@ pub fn coalesce(ranges: &[(u64, u64)], limit: u64) -> Vec<Range<u64>> {
 struct Query {
     key: Key,
     lsn: Lsn,
-    /// (layer index, LSN, location), newest first.
-    plan: Vec<(usize, Lsn, BlobRef)>,
+    /// (layer index, LSN, location), newest first. Inline: a page is
+    /// usually one image.
+    plan: SmallVec<[(usize, Lsn, BlobRef); 2]>,
     complete: bool,
 }
 
@@ -74,7 +76,7 @@ pub async fn read(
         let slot = match uniq.iter().position(|q| q.key == key && q.lsn == lsn) {
             Some(i) => i,
             None => {
-                uniq.push(Query { key, lsn, plan: Vec::new(), complete: false });
+                uniq.push(Query { key, lsn, plan: SmallVec::new(), complete: false });
                 uniq.len() - 1
             }
         };

@@ -349,3 +349,28 @@ fn decoded_pages_are_zero_copy_slices() {
     let start = body.len() - BLCKSZ;
     assert_eq!(r.page.as_ptr(), body[start..].as_ptr());
 }
+
+#[test]
+fn head_and_body_concatenate_to_the_full_encoding() {
+    for (msg, _, _) in responses() {
+        for v in [V2, V3] {
+            let mut head = BytesMut::new();
+            let body = msg.serialize_head_into(&mut head, v);
+            let mut joined = head.to_vec();
+            if let Some(b) = &body {
+                joined.extend_from_slice(b);
+            }
+            assert_eq!(joined, msg.serialize(v).to_vec(), "{msg:?} {v:?}");
+            // Only pages and segments are split off, and without copying.
+            match &msg {
+                PagestreamBeMessage::GetPage(r) => {
+                    assert_eq!(body.unwrap().as_ptr(), r.page.as_ptr())
+                }
+                PagestreamBeMessage::GetSlruSegment(r) => {
+                    assert_eq!(body.unwrap().len(), r.segment.len())
+                }
+                _ => assert!(body.is_none()),
+            }
+        }
+    }
+}

@@ -27,6 +27,7 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::inmemory_layer::InMemoryLayer;
+use super::key_index::KeyIndex;
 use super::{BlobRef, DeltaLayerName};
 
 const MAGIC: &[u8; 4] = b"PSDL";
@@ -43,6 +44,8 @@ pub struct DeltaLayer {
     file: File,
     /// Sorted by (key, lsn).
     index: Vec<(CompactKey, Lsn, BlobRef)>,
+    /// Finds a key's entries in `index` in O(1).
+    key_index: KeyIndex,
 }
 
 struct Header {
@@ -181,7 +184,8 @@ impl DeltaLayer {
         engine.fsync_dir(dir).await?;
         failpoint("flush::after-rename")?;
         let file_size = file.len().await?;
-        Ok(DeltaLayer { name, path, file_size, file, index })
+        let key_index = KeyIndex::build(&index);
+        Ok(DeltaLayer { name, path, file_size, file, index, key_index })
     }
 
     /// Open and verify an existing layer file.
@@ -252,7 +256,8 @@ impl DeltaLayer {
             index.push((key, lsn, blob));
         }
         ensure!(index.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)), "index not sorted");
-        Ok(DeltaLayer { name, path: path.to_path_buf(), file_size, file, index })
+        let key_index = KeyIndex::build(&index);
+        Ok(DeltaLayer { name, path: path.to_path_buf(), file_size, file, index, key_index })
     }
 
     pub fn lsn_range(&self) -> &std::ops::Range<Lsn> {
@@ -261,8 +266,9 @@ impl DeltaLayer {
 
     /// Same contract as `InMemoryLayer::collect`.
     pub fn collect(&self, key: CompactKey, lsn: Lsn, out: &mut Vec<(Lsn, BlobRef)>) -> bool {
-        // Entries of `key` with LSN <= lsn end just before this position.
-        let end = self.index.partition_point(|(k, l, _)| (*k, *l) <= (key, lsn));
+        // Entries of `key` with LSN <= lsn end just before `end`, the
+        // partition point of `(k, l) <= (key, lsn)` in the index.
+        let end = self.partition_point(key, lsn);
         for &(k, l, blob) in self.index[..end].iter().rev() {
             if k != key {
                 break;
@@ -275,12 +281,14 @@ impl DeltaLayer {
         false
     }
 
+    fn partition_point(&self, key: CompactKey, lsn: Lsn) -> usize {
+        self.key_index.partition_point(&self.index, key, lsn)
+    }
+
     /// Read `len` bytes at `offset` of the values region.
     pub async fn read_chunk(&self, offset: u64, len: usize) -> io::Result<AlignedBuf> {
-        let (buf, res) = self
-            .file
-            .read_exact_at(AlignedBuf::with_capacity(len), HEADER_SIZE + offset, len)
-            .await;
+        let (buf, res) =
+            self.file.read_exact_at(AlignedBuf::for_read(len), HEADER_SIZE + offset, len).await;
         res.map_err(|e| io::Error::new(e.kind(), format!("read {}: {e}", self.path.display())))?;
         Ok(buf)
     }

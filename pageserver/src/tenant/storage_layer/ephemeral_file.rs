@@ -166,7 +166,7 @@ impl EphemeralFile {
                 res?;
                 return Ok(b);
             }
-            let (tmp, res) = self.file.read_exact_at(AlignedBuf::with_capacity(n), offset, n).await;
+            let (tmp, res) = self.file.read_exact_at(AlignedBuf::for_read(n), offset, n).await;
             res?;
             buf[..n].copy_from_slice(&tmp);
         }

@@ -115,7 +115,7 @@ impl InMemoryLayer {
     }
 
     pub async fn read_chunk(&self, offset: u64, len: usize) -> std::io::Result<AlignedBuf> {
-        self.file.read_at(AlignedBuf::with_capacity(len), offset, len).await
+        self.file.read_at(AlignedBuf::for_read(len), offset, len).await
     }
 
     /// Every index entry sorted by (key, LSN); for the flush of a frozen layer.

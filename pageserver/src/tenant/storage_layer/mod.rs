@@ -1,4 +1,5 @@
-//! Storage layers: the in-memory layer (open or frozen) and L0 delta files.
+//! Storage layers: the in-memory layer (open or frozen) and L0 delta files
+//! (with a `KeyIndex` hash table over each delta file's sorted index).
 //!
 //! Both keep values in the same serialized form (`value.rs`) and describe
 //! them with a `BlobRef` (offset, length, will_init), so a flush copies the
@@ -7,6 +8,7 @@
 pub mod delta_layer;
 pub mod ephemeral_file;
 pub mod inmemory_layer;
+pub mod key_index;
 pub mod layer_map;
 
 use std::fmt;
