@@ -47,7 +47,11 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 rt.block_on(async {
-                    let res = env.tl.get_vectored(&queries).await.unwrap();
+                    let res = env
+                        .tl
+                        .get_vectored(&queries, pageserver::tenant::ReadKind::PageRequestHandler)
+                        .await
+                        .unwrap();
                     assert!(res
                         .iter()
                         .all(|r| r.as_ref().map(|p| p.len() == 8192).unwrap_or(false)));

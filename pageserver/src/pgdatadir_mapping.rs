@@ -36,7 +36,7 @@ use pageserver_api::key::Key;
 use pageserver_api::reltag::{RelTag, SlruKind};
 use utils::lsn::Lsn;
 
-use crate::tenant::{GetVectoredError, PageReconstructError, Timeline};
+use crate::tenant::{GetVectoredError, PageReconstructError, ReadKind, Timeline};
 
 pub use cache::DatadirCache;
 pub use dirs::{DbDirectory, DirDecodeError, RelDirectory, SlruDirectory, TwoPhaseDirectory};
@@ -122,29 +122,18 @@ pub(crate) fn optional(
     }
 }
 
-/// Keys per vectored read when the caller's batch is ours to split. The
-/// storage limit (`max_get_vectored_keys`) may be lower; `get_chunked`
-/// learns it from the first refusal.
-const CHUNK_KEYS: usize = 32;
-
-/// Read any number of (key, LSN) queries in chunks the storage accepts.
+/// Read any number of (key, LSN) queries in chunks of the configured
+/// vectored-get limit (`max_get_vectored_keys`).
 pub(crate) async fn get_chunked(
     tl: &Timeline,
+    reader: ReadKind,
     queries: &[(Key, Lsn)],
 ) -> Result<Vec<Result<Bytes, PageReconstructError>>, GetVectoredError> {
     let mut out = Vec::with_capacity(queries.len());
-    let mut chunk = CHUNK_KEYS;
-    let mut rest = queries;
-    while !rest.is_empty() {
-        let n = chunk.min(rest.len());
-        match tl.get_vectored(&rest[..n]).await {
-            Ok(mut r) => {
-                out.append(&mut r);
-                rest = &rest[n..];
-            }
-            Err(GetVectoredError::TooManyKeys { max, .. }) if max >= 1 && max < n => chunk = max,
-            Err(e) => return Err(e),
-        }
+    let chunk_keys = tl.conf().max_get_vectored_keys;
+    assert!(chunk_keys > 0, "max_get_vectored_keys is validated positive at start-up");
+    for chunk in queries.chunks(chunk_keys) {
+        out.append(&mut tl.get_vectored(chunk, reader).await?);
     }
     Ok(out)
 }
@@ -152,9 +141,10 @@ pub(crate) async fn get_chunked(
 /// Read one key; `None` if it has no value at `lsn`.
 pub(crate) async fn get_one(
     tl: &Timeline,
+    reader: ReadKind,
     key: Key,
     lsn: Lsn,
 ) -> Result<Option<Bytes>, DatadirError> {
-    let mut r = tl.get_vectored(&[(key, lsn)]).await?;
+    let mut r = tl.get_vectored(&[(key, lsn)], reader).await?;
     Ok(optional(r.pop().expect("one result per query"))?)
 }

@@ -23,6 +23,7 @@ use pageserver::pgdatadir_mapping::{
     collect_keyspace, get_rel_pages_batched, get_rel_size, get_slru_segment, BLCKSZ, RELSEG_SIZE,
 };
 use pageserver::tenant::mgr::TenantManager;
+use pageserver::tenant::ReadKind;
 use pageserver::tenant::StorageConf;
 use pageserver_api::key::Key;
 use pageserver_api::reltag::RelTag;
@@ -203,7 +204,8 @@ async fn import_and_compare(bin: &Path, expect_version: u32) {
                 let blocks: Vec<u32> = (first..first + n).collect();
                 for chunk in blocks.chunks(32) {
                     let reqs: Vec<_> = chunk.iter().map(|&b| (rel, b, lsn)).collect();
-                    let out = get_rel_pages_batched(&tl, &reqs).await.unwrap();
+                    let out =
+                        get_rel_pages_batched(&tl, ReadKind::HttpRequest, &reqs).await.unwrap();
                     for (&b, r) in chunk.iter().zip(out) {
                         let off = (b - first) as usize * BLCKSZ;
                         let got = r.unwrap_or_else(|e| panic!("{path} block {b}: {e}"));
@@ -216,7 +218,8 @@ async fn import_and_compare(bin: &Path, expect_version: u32) {
                 }
             }
             PgFile::Slru { kind, segno } => {
-                let got = get_slru_segment(&tl, kind, segno, lsn).await.unwrap();
+                let got =
+                    get_slru_segment(&tl, ReadKind::HttpRequest, kind, segno, lsn).await.unwrap();
                 assert!(got[..] == data[..], "{path} differs");
                 slru_segments += 1;
             }
@@ -232,13 +235,17 @@ async fn import_and_compare(bin: &Path, expect_version: u32) {
         }
     }
     for (rel, n) in &sizes {
-        assert_eq!(get_rel_size(&tl, *rel, lsn).await.unwrap(), *n, "size of {rel}");
+        assert_eq!(
+            get_rel_size(&tl, ReadKind::HttpRequest, *rel, lsn).await.unwrap(),
+            *n,
+            "size of {rel}"
+        );
     }
     // pgbench_accounts alone is ~1,640 pages at scale 1; big_text's TOAST ~800.
     assert!(pages > 2500, "only {pages} pages compared");
     assert!(slru_segments >= 1 && relmaps >= 2, "{slru_segments} SLRU segments, {relmaps} relmaps");
     let mut in_keyspace = 0u64;
-    for r in collect_keyspace(&tl, lsn).await.unwrap() {
+    for r in collect_keyspace(&tl, ReadKind::HttpRequest, lsn).await.unwrap() {
         let mut k = r.start;
         while k < r.end {
             in_keyspace += k.is_rel_block() as u64;

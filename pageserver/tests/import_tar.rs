@@ -16,6 +16,7 @@ use pageserver::pgdatadir_mapping::{
     BLCKSZ, RELSEG_SIZE,
 };
 use pageserver::tenant::mgr::TenantManager;
+use pageserver::tenant::ReadKind;
 use pageserver::tenant::{StorageConf, Tenant, TenantError};
 use pageserver_api::key::Key;
 use pageserver_api::reltag::{RelTag, SlruKind};
@@ -215,13 +216,13 @@ async fn imports_a_small_backup() {
         let scratch = std::fs::read_dir(env.tenant.scratch_dir()).unwrap().count();
         assert_eq!(scratch, 0, "scratch dir empty after the import");
 
-        let dbs = list_dbs(&tl, START).await.unwrap();
+        let dbs = list_dbs(&tl, ReadKind::HttpRequest, START).await.unwrap();
         assert_eq!(dbs, vec![((1663, 1), false), ((1663, 5), true), ((1664, 0), true)]);
         let rels = expected_rels(&entries);
         assert_eq!(rels.len(), 7);
-        let mut listed = list_rels(&tl, 1663, 5, START).await.unwrap();
-        listed.extend(list_rels(&tl, 1663, 1, START).await.unwrap());
-        listed.extend(list_rels(&tl, 1664, 0, START).await.unwrap());
+        let mut listed = list_rels(&tl, ReadKind::HttpRequest, 1663, 5, START).await.unwrap();
+        listed.extend(list_rels(&tl, ReadKind::HttpRequest, 1663, 1, START).await.unwrap());
+        listed.extend(list_rels(&tl, ReadKind::HttpRequest, 1664, 0, START).await.unwrap());
         listed.sort();
         assert_eq!(
             listed,
@@ -230,9 +231,18 @@ async fn imports_a_small_backup() {
         );
         for (rel, data) in &rels {
             let n = (data.len() / BLCKSZ) as u32;
-            assert_eq!(get_rel_size(&tl, *rel, START).await.unwrap(), n, "{rel}");
+            assert_eq!(
+                get_rel_size(&tl, ReadKind::HttpRequest, *rel, START).await.unwrap(),
+                n,
+                "{rel}"
+            );
             let reqs: Vec<_> = (0..n).map(|b| (*rel, b, START)).collect();
-            for (b, r) in get_rel_pages_batched(&tl, &reqs).await.unwrap().iter().enumerate() {
+            for (b, r) in get_rel_pages_batched(&tl, ReadKind::HttpRequest, &reqs)
+                .await
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
                 assert_eq!(
                     &r.as_ref().unwrap()[..],
                     &data[b * BLCKSZ..(b + 1) * BLCKSZ],
@@ -240,10 +250,13 @@ async fn imports_a_small_backup() {
                 );
             }
         }
-        let clog = get_slru_segment(&tl, SlruKind::Clog, 0, START).await.unwrap();
+        let clog =
+            get_slru_segment(&tl, ReadKind::HttpRequest, SlruKind::Clog, 0, START).await.unwrap();
         assert_eq!(&clog[..], &pages(7, 0, 3)[..], "short last SLRU segment");
         assert_eq!(
-            &get_slru_segment(&tl, SlruKind::MultiXactMembers, 0, START).await.unwrap()[..],
+            &get_slru_segment(&tl, ReadKind::HttpRequest, SlruKind::MultiXactMembers, 0, START)
+                .await
+                .unwrap()[..],
             &pages(9, 0, 1)[..]
         );
         assert_eq!(&tl.get(Key::relmap_file(1663, 5), START).await.unwrap()[..], &[5u8; 512][..]);
@@ -256,7 +269,7 @@ async fn imports_a_small_backup() {
         );
 
         // The keyspace lists every imported page, and nothing unreadable.
-        let ks = collect_keyspace(&tl, START).await.unwrap();
+        let ks = collect_keyspace(&tl, ReadKind::HttpRequest, START).await.unwrap();
         let total_pages: u64 = rels.values().map(|d| (d.len() / BLCKSZ) as u64).sum();
         let rel_blocks: u64 = ks
             .iter()
@@ -312,10 +325,13 @@ async fn relation_across_segments() {
     let tl = import_basebackup(env.tenant.clone(), TimelineId::generate(), generated_tar(files))
         .await
         .unwrap();
-    assert_eq!(get_rel_size(&tl, rel, START).await.unwrap(), RELSEG_SIZE + 3);
+    assert_eq!(
+        get_rel_size(&tl, ReadKind::HttpRequest, rel, START).await.unwrap(),
+        RELSEG_SIZE + 3
+    );
     let probes = [0, 1, RELSEG_SIZE - 1, RELSEG_SIZE, RELSEG_SIZE + 2, RELSEG_SIZE + 3];
     let reqs: Vec<_> = probes.iter().map(|&b| (rel, b, START)).collect();
-    let out = get_rel_pages_batched(&tl, &reqs).await.unwrap();
+    let out = get_rel_pages_batched(&tl, ReadKind::HttpRequest, &reqs).await.unwrap();
     for (&b, r) in probes.iter().zip(&out) {
         let want = if b < RELSEG_SIZE {
             page(0, b)

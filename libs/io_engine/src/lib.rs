@@ -219,6 +219,24 @@ impl IoEngine {
         std::fs::remove_dir_all(path).map_err(named("remove directory", path))
     }
 
+    /// Remove a file or directory tree (if present) from a destructor,
+    /// which cannot await: the removal runs synchronously on the calling
+    /// thread (the same syscalls the std-fs engine issues), with the same
+    /// failpoint as `remove_file`. Errors are logged, not returned; callers
+    /// use this only for files that start-up removes anyway (temp and
+    /// ephemeral files, abandoned temp directories).
+    pub fn remove_from_drop(&self, path: &Path) {
+        let res = fail("remove", path).and_then(|_| match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+            Ok(_) => std::fs::remove_file(path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        });
+        if let Err(e) = res {
+            tracing::warn!("could not remove {}: {e}", path.display());
+        }
+    }
+
     /// fsync a directory, making renames, creations and removals in it durable.
     pub async fn fsync_dir(&self, path: &Path) -> io::Result<()> {
         fail("fsync_dir", path)?;
@@ -249,7 +267,13 @@ impl IoEngine {
             self.remove_file(&tmp).await?; // a leftover of an earlier failed attempt
         }
         let file = self.open(&tmp, OpenMode::CREATE_NEW).await?;
-        Ok(TempFile { engine: self.clone(), file: Some(file), tmp, path: path.to_path_buf() })
+        Ok(TempFile {
+            engine: self.clone(),
+            file: Some(file),
+            tmp,
+            path: path.to_path_buf(),
+            failpoint_prefix: "io::temp",
+        })
     }
 
     /// Atomically and durably replace `path` with `data`: write
@@ -275,9 +299,18 @@ pub struct TempFile {
     file: Option<File>,
     tmp: PathBuf,
     path: PathBuf,
+    failpoint_prefix: &'static str,
 }
 
 impl TempFile {
+    /// Name the failpoints of `commit` `<prefix>::before-fsync`,
+    /// `<prefix>::before-rename` and `<prefix>::after-rename` (default
+    /// prefix `io::temp`), so crash tests can target one kind of file.
+    pub fn with_failpoints(mut self, prefix: &'static str) -> Self {
+        self.failpoint_prefix = prefix;
+        self
+    }
+
     pub fn file(&self) -> &File {
         self.file.as_ref().expect("present until commit")
     }
@@ -286,24 +319,27 @@ impl TempFile {
         &self.tmp
     }
 
-    /// fsync, rename into place, fsync the directory. Failpoints between the
-    /// steps: `io::temp::before-fsync`, `io::temp::before-rename`,
-    /// `io::temp::after-rename`.
+    /// fsync, rename into place, fsync the directory, with a failpoint
+    /// before each step and after the last (see `with_failpoints`).
     pub async fn commit(mut self) -> io::Result<File> {
         let mut file = self.file.take().expect("commit once");
-        checkpoint("io::temp::before-fsync", &self.tmp)?;
+        let fp = self.failpoint_prefix;
+        checkpoint(&format!("{fp}::before-fsync"), &self.tmp)?;
         file.sync_all().await?;
-        checkpoint("io::temp::before-rename", &self.tmp)?;
+        checkpoint(&format!("{fp}::before-rename"), &self.tmp)?;
         self.engine.rename(&self.tmp, &self.path).await?;
         let dir = self.path.parent().expect("file has a parent directory");
         self.engine.fsync_dir(dir).await?;
-        checkpoint("io::temp::after-rename", &self.path)?;
+        checkpoint(&format!("{fp}::after-rename"), &self.path)?;
         file.path = self.path.clone();
         Ok(file)
     }
 }
 
 fn checkpoint(name: &str, path: &Path) -> io::Result<()> {
+    if !utils::failpoint::ENABLED {
+        return Ok(());
+    }
     utils::failpoint::failpoint(name)
         .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
 }

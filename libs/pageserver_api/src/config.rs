@@ -1,5 +1,7 @@
 //! Configuration types shared by the daemon and tools.
 //!
+//! `pg_auth_type`: `"trust"` or `"jwt"` ([`AuthType`]).
+//!
 //! `page_service_pipelining` (TOML), in Neon's shape:
 //! `{ mode = "serial" }` or `{ mode = "pipelined", max_batch_size = 32,
 //! execution = "concurrent-futures" | "tasks", batching = "uniform-lsn" | "scattered-lsn" }`.
@@ -7,6 +9,17 @@
 use std::num::NonZeroUsize;
 
 use serde::{Deserialize, Serialize};
+
+/// How page service clients authenticate (`pg_auth_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthType {
+    /// Anyone who can connect is let in.
+    Trust,
+    /// The password is a JWT signed with EdDSA, checked against
+    /// `auth_validation_public_key_path`; its claims scope the tenant.
+    Jwt,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]

@@ -38,16 +38,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// How page service clients authenticate (`pg_auth_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AuthType {
-    /// Anyone who can connect is let in.
-    Trust,
-    /// The password is a JWT signed with EdDSA, checked against
-    /// `auth_validation_public_key_path`; its claims scope the tenant.
-    Jwt,
-}
+pub use pageserver_api::config::AuthType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -44,7 +44,8 @@ use crate::tenant::mgr::TenantManager;
 /// Streamed bodies (`import_basebackup`) are not limited by this.
 pub const MAX_JSON_BODY_BYTES: usize = 64 * 1024 * 1024;
 
-/// Every route as (method, template); `metrics::http` pre-registers these.
+/// Every route as (method, template); start-up passes them to
+/// `metrics::register_all`, which pre-registers their labels.
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/status"),
     ("GET", "/metrics"),

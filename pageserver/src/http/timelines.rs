@@ -19,7 +19,7 @@ use utils::lsn::Lsn;
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
-use crate::tenant::Timeline;
+use crate::tenant::{ReadKind, Timeline};
 
 /// PostgreSQL major versions a timeline may declare.
 pub const SUPPORTED_PG_VERSIONS: std::ops::RangeInclusive<u32> = 15..=17;
@@ -120,7 +120,8 @@ pub async fn keyspace(
     let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
     let at_lsn = q.at_lsn.unwrap_or_else(|| tl.get_last_record_lsn());
     check_read_lsn(&tl, at_lsn)?;
-    let keys = crate::pgdatadir_mapping::collect_keyspace(&tl, at_lsn).await?;
+    let keys =
+        crate::pgdatadir_mapping::collect_keyspace(&tl, ReadKind::HttpRequest, at_lsn).await?;
     Ok(Json(KeySpace { keys, sparse_keys: Vec::new(), at_lsn }))
 }
 

@@ -84,8 +84,7 @@ impl SpillWriter {
         let name = format!("import-spill-{}", utils::id::TimelineId::generate());
         let path = dir.join(name);
         let file = engine.open(&path, OpenMode::CREATE_NEW).await?;
-        std::fs::remove_file(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("unlink {}: {e}", path.display())))?;
+        engine.remove_file(&path).await?; // unlinked while open: gone on any exit
         Ok(SpillWriter {
             file,
             buf: AlignedBuf::with_capacity(buf_size),

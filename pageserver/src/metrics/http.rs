@@ -8,8 +8,8 @@
 //! - `pageserver_http_responses_total{status_class}`: responses by `2xx`,
 //!   `4xx`, `5xx` (and `other`).
 //!
-//! `register()` pre-creates the label values of every route in
-//! `http::ROUTES`, so each route appears from the first scrape.
+//! `register(routes)` pre-creates the label values of every route it is
+//! given (the API's route table), so each route appears from the first scrape.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -42,8 +42,8 @@ const STATUS_CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
 /// Route label for requests that matched no route.
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
-pub fn register() {
-    for (method, route) in crate::http::ROUTES {
+pub fn register(routes: &[(&str, &str)]) {
+    for (method, route) in routes {
         HTTP_REQUEST_SECONDS.with_label_values(&[method, route]);
     }
     for class in STATUS_CLASSES {

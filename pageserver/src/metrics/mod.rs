@@ -35,11 +35,16 @@ pub const BATCH_SIZE_BUCKETS: &[f64] = &[
 ];
 
 /// Register every metric of the daemon. Idempotent; call once at start-up.
-pub fn register_all() {
+/// `http_routes` are the management API's (method, route template) pairs,
+/// pre-registered as label values (the API passes them in; metrics never
+/// import the API).
+/// `read_kinds` are the `task_kind` labels of vectored gets
+/// (`tenant::ReadKind::LABELS`), likewise passed in from above.
+pub fn register_all(http_routes: &[(&str, &str)], read_kinds: &[&str]) {
     process::register();
-    http::register();
+    http::register(http_routes);
     page_service::register();
-    storage::register();
+    storage::register(read_kinds);
 }
 
 /// The default registry in Prometheus text format.
@@ -53,6 +58,8 @@ pub fn encode_text() -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    const TEST_ROUTES: &[(&str, &str)] = &[("GET", "/v1/status")];
+
     #[test]
     fn buckets_are_sorted() {
         for b in
@@ -64,7 +71,7 @@ mod tests {
 
     #[test]
     fn register_all_lists_process_and_http_metrics() {
-        super::register_all();
+        super::register_all(TEST_ROUTES, &["PageRequestHandler"]);
         let text = super::encode_text().unwrap();
         for name in [
             "libmetrics_process_cpu_seconds_highres",
@@ -90,7 +97,7 @@ mod tests {
     /// `docs/metrics.md` and the registry list the same metrics.
     #[test]
     fn docs_list_every_registered_metric() {
-        super::register_all();
+        super::register_all(TEST_ROUTES, &["PageRequestHandler"]);
         let registered: std::collections::BTreeSet<String> =
             prometheus::gather().iter().map(|f| f.get_name().to_string()).collect();
         let documented: std::collections::BTreeSet<String> =

@@ -5,7 +5,6 @@
 //! |---|---|---|---|
 //! | `pageserver_smgr_query_seconds` | histogram | `smgr_query_type` | execution time of one request: from the executor picking up its batch until its response is encoded (excludes the wait in the batch and the socket flush) |
 //! | `pageserver_smgr_query_started_count` | counter | `smgr_query_type` | requests parsed off the wire |
-//! | `pageserver_get_vectored_seconds` | histogram | `task_kind` | one observation per vectored get issued by the page service (`PageRequestHandler`) |
 //! | `pageserver_page_service_batch_size` | histogram | | getpage requests per executed batch (buckets 1..=32) |
 //! | `pageserver_page_service_batch_break_reason_total` | counter | `reason` | why an executed getpage batch did not grow further |
 //! | `pageserver_page_service_pagestream_batch_wait_time_seconds` | histogram | | time from the first request of a batch being read until the executor takes the batch |
@@ -113,16 +112,6 @@ static SMGR_QUERY_STARTED_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register metric")
 });
 
-static GET_VECTORED_SECONDS_VEC: LazyLock<HistogramVec> = LazyLock::new(|| {
-    register_histogram_vec!(
-        "pageserver_get_vectored_seconds",
-        "Time of one vectored get",
-        &["task_kind"],
-        LATENCY_SECONDS_BUCKETS.to_vec()
-    )
-    .expect("register metric")
-});
-
 static BATCH_BREAK_REASON_VEC: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "pageserver_page_service_batch_break_reason_total",
@@ -154,8 +143,6 @@ static LIVE_CONNECTIONS_VEC: LazyLock<IntGaugeVec> = LazyLock::new(|| {
 pub struct PageServiceMetrics {
     smgr_query_seconds: [Histogram; 5],
     smgr_query_started: [IntCounter; 5],
-    /// `task_kind="PageRequestHandler"`.
-    pub get_vectored_seconds: Histogram,
     pub batch_size: Histogram,
     batch_break_reason: [IntCounter; 5],
     pub batch_wait_time_seconds: Histogram,
@@ -183,7 +170,6 @@ pub static METRICS: LazyLock<PageServiceMetrics> = LazyLock::new(|| PageServiceM
         .map(|t| SMGR_QUERY_SECONDS_VEC.with_label_values(&[t.as_str()])),
     smgr_query_started: SmgrQueryType::ALL
         .map(|t| SMGR_QUERY_STARTED_VEC.with_label_values(&[t.as_str()])),
-    get_vectored_seconds: GET_VECTORED_SECONDS_VEC.with_label_values(&["PageRequestHandler"]),
     batch_size: register_histogram!(
         "pageserver_page_service_batch_size",
         "Getpage requests per executed batch",
@@ -251,7 +237,6 @@ mod tests {
         for name in [
             "pageserver_smgr_query_seconds",
             "pageserver_smgr_query_started_count",
-            "pageserver_get_vectored_seconds",
             "pageserver_page_service_batch_size",
             "pageserver_page_service_batch_break_reason_total",
             "pageserver_page_service_pagestream_batch_wait_time_seconds",
@@ -264,7 +249,6 @@ mod tests {
         for t in SmgrQueryType::ALL {
             assert!(text.contains(&format!("smgr_query_type=\"{}\"", t.as_str())));
         }
-        assert!(text.contains("task_kind=\"PageRequestHandler\""));
         assert!(text.contains(
             "pageserver_page_service_config_max_batch_size{batching=\"scattered-lsn\",\
              execution=\"concurrent-futures\",mode=\"pipelined\"} 32"

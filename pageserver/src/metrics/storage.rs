@@ -1,10 +1,15 @@
 //! Storage-engine metrics: flushes, in-memory layers, vectored reads,
 //! ingest backpressure. Registered at start-up by `register()`.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
-use prometheus::{register_histogram, register_int_counter, Histogram, IntCounter};
+use prometheus::{
+    register_histogram, register_histogram_vec, register_int_counter, Histogram, HistogramVec,
+    IntCounter,
+};
+
+use super::LATENCY_SECONDS_BUCKETS;
 
 pub static LAYER_FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
@@ -33,6 +38,21 @@ pub static VECTORED_READ_BYTES: LazyLock<IntCounter> = LazyLock::new(|| {
         .expect("register metric")
 });
 
+/// One observation per `Timeline::get_vectored`, labelled by who read.
+pub static GET_VECTORED_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "pageserver_get_vectored_seconds",
+        "Time of one vectored get",
+        &["task_kind"],
+        LATENCY_SECONDS_BUCKETS.to_vec()
+    )
+    .expect("register metric")
+});
+
+/// `GET_VECTORED_SECONDS` children pre-resolved at registration, indexed
+/// like the `read_kinds` given to `register` (no label lookup per read).
+static GET_VECTORED_BY_KIND: OnceLock<Vec<Histogram>> = OnceLock::new();
+
 pub static INGEST_BACKPRESSURE: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "pageserver_ingest_backpressure_waits_total",
@@ -41,8 +61,11 @@ pub static INGEST_BACKPRESSURE: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("register metric")
 });
 
-/// Force registration so `/metrics` lists every metric from the first scrape.
-pub fn register() {
+/// Force registration so `/metrics` lists every metric from the first
+/// scrape; `read_kinds` are the `task_kind` label values of vectored gets.
+pub fn register(read_kinds: &[&str]) {
+    let handles = read_kinds.iter().map(|k| GET_VECTORED_SECONDS.with_label_values(&[k])).collect();
+    let _ = GET_VECTORED_BY_KIND.set(handles);
     LazyLock::force(&LAYER_FLUSH_SECONDS);
     LazyLock::force(&LAYER_FLUSHED_BYTES);
     LazyLock::force(&VECTORED_READ_CHUNKS);
@@ -55,7 +78,21 @@ pub fn record_flush(elapsed: Duration, bytes: u64) {
     LAYER_FLUSHED_BYTES.inc_by(bytes);
 }
 
-pub fn record_vectored_read(chunks: usize, bytes: u64) {
+/// `kind_index`/`kind_label`: the reader's index in `register`'s list and
+/// its label (used when metrics were not registered, e.g. in unit tests).
+pub fn record_vectored_read(
+    kind_index: usize,
+    kind_label: &str,
+    elapsed: Duration,
+    chunks: usize,
+    bytes: u64,
+) {
+    match GET_VECTORED_BY_KIND.get().and_then(|v| v.get(kind_index)) {
+        Some(h) => h.observe(elapsed.as_secs_f64()),
+        None => {
+            GET_VECTORED_SECONDS.with_label_values(&[kind_label]).observe(elapsed.as_secs_f64())
+        }
+    }
     VECTORED_READ_CHUNKS.inc_by(chunks as u64);
     VECTORED_READ_BYTES.inc_by(bytes);
 }

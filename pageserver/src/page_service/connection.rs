@@ -26,8 +26,8 @@ use super::auth::{check_permission, Claims};
 use super::error::{sqlstate, QueryError};
 use super::libpq::{be, single_cstr, FrameReader, FrameWriter, StartupPacket};
 use super::{stream, ServiceState};
-use crate::config::AuthType;
 use crate::metrics::page_service::METRICS;
+use pageserver_api::config::AuthType;
 
 /// How many SSLRequest/GSSENCRequest packets a client may send before its startup packet.
 const MAX_NEGOTIATION_PACKETS: usize = 4;

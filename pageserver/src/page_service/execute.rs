@@ -31,7 +31,10 @@ use super::error::{PageStreamError, QueryError};
 use super::libpq::FrameWriter;
 use crate::metrics::page_service::{BatchBreakReason, SmgrQueryType, METRICS};
 use crate::pgdatadir_mapping as datadir;
-use crate::tenant::Timeline;
+use crate::tenant::{ReadKind, Timeline};
+
+/// Every read of the page service is labelled so in the storage metrics.
+const PAGE_READ: ReadKind = ReadKind::PageRequestHandler;
 
 /// What the executor needs besides the work itself.
 pub struct ExecCtx<'a> {
@@ -110,15 +113,16 @@ async fn execute_single(
 ) -> Result<PagestreamBeMessage, PageStreamError> {
     Ok(match *req {
         PagestreamFeMessage::Exists(req) => {
-            let exists = datadir::get_rel_exists(tl, req.rel, lsn).await?;
+            let exists = datadir::get_rel_exists(tl, PAGE_READ, req.rel, lsn).await?;
             PagestreamBeMessage::Exists(PagestreamExistsResponse { req, exists })
         }
         PagestreamFeMessage::Nblocks(req) => {
-            let n_blocks = datadir::get_rel_size(tl, req.rel, lsn).await?;
+            let n_blocks = datadir::get_rel_size(tl, PAGE_READ, req.rel, lsn).await?;
             PagestreamBeMessage::Nblocks(PagestreamNblocksResponse { req, n_blocks })
         }
         PagestreamFeMessage::DbSize(req) => {
-            let bytes = datadir::get_db_size(tl, DEFAULTTABLESPACE_OID, req.dbnode, lsn).await?;
+            let bytes =
+                datadir::get_db_size(tl, PAGE_READ, DEFAULTTABLESPACE_OID, req.dbnode, lsn).await?;
             let db_size = i64::try_from(bytes)
                 .map_err(|_| PageStreamError::Read(format!("database size {bytes} overflows")))?;
             PagestreamBeMessage::DbSize(PagestreamDbSizeResponse { req, db_size })
@@ -127,7 +131,7 @@ async fn execute_single(
             let kind = SlruKind::from_u8(req.kind).ok_or_else(|| {
                 PageStreamError::BadRequest(format!("invalid SLRU kind {}", req.kind).into())
             })?;
-            let segment = datadir::get_slru_segment(tl, kind, req.segno, lsn).await?;
+            let segment = datadir::get_slru_segment(tl, PAGE_READ, kind, req.segno, lsn).await?;
             if segment.len() % BLCKSZ != 0 {
                 return Err(PageStreamError::Read(format!(
                     "SLRU segment {} of {} is {} bytes, not a whole number of pages",
@@ -163,10 +167,9 @@ async fn execute_getpages(
         Ok(()) => {
             let queries: SmallVec<[(RelTag, u32, Lsn); 1]> =
                 batch.pages.iter().map(|p| (p.req.rel, p.req.blkno, p.lsn)).collect();
-            let t = Instant::now();
-            let res = datadir::get_rel_pages_batched(ctx.tl, &queries).await;
-            METRICS.get_vectored_seconds.observe(t.elapsed().as_secs_f64());
-            res.map_err(PageStreamError::from)
+            datadir::get_rel_pages_batched(ctx.tl, PAGE_READ, &queries)
+                .await
+                .map_err(PageStreamError::from)
         }
         Err(e) => Err(e),
     };

@@ -28,6 +28,7 @@ mod error;
 mod execute;
 mod libpq;
 mod pipelined;
+mod request;
 mod serial;
 mod stream;
 
@@ -47,9 +48,9 @@ pub use batch::effective_lsn;
 pub use error::{PageStreamError, QueryError};
 pub use libpq::MAX_MESSAGE_LEN;
 
-use crate::config::AuthType;
 use crate::metrics;
 use crate::tenant::mgr::TenantManager;
+use pageserver_api::config::AuthType;
 
 /// How long [`page_service_main`] waits for connections to end on shutdown.
 pub const CONNECTION_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);

@@ -79,7 +79,7 @@ use super::batch::{self, BatchedFeMessage};
 use super::error::QueryError;
 use super::execute::{execute, ExecCtx};
 use super::libpq::{FrameReader, FrameWriter};
-use super::stream::next_request;
+use super::request::next_request;
 use crate::tenant::Timeline;
 
 pub async fn run(

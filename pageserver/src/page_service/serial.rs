@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::error::QueryError;
 use super::execute::{execute, ExecCtx};
 use super::libpq::{FrameReader, FrameWriter};
-use super::stream::next_request;
+use super::request::next_request;
 use crate::tenant::Timeline;
 
 pub async fn run(

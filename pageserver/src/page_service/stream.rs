@@ -1,6 +1,7 @@
 //! One pagestream: from the CopyBothResponse until the stream ends, bound to
 //! one timeline. Reads requests off the CopyBoth stream and hands them to the
-//! configured handler (`serial` or `pipelined`).
+//! configured handler (`serial` or `pipelined`), which read requests with
+//! `request::next_request`.
 //!
 //! How a stream ends:
 //! - Terminate (`X`) or EOF from the client: `Ok(())` once every response to
@@ -14,51 +15,15 @@
 //! - Socket errors: `Err(QueryError::Disconnected)`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use pageserver_api::config::PageServicePipeliningConfig;
-use pageserver_api::pagestream::{PagestreamFeMessage, PagestreamProtocolVersion};
+use pageserver_api::pagestream::PagestreamProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{prepare, BatchedFeMessage};
-use super::error::{sqlstate, QueryError};
+use super::error::QueryError;
 use super::libpq::{FrameReader, FrameWriter};
 use super::{pipelined, serial};
 use crate::tenant::Timeline;
-
-/// Reads the next request and prepares it for the executor. `Ok(None)`:
-/// the client ended the stream cleanly. Stream-ending protocol errors come
-/// back as `Ok(Some(BatchedFeMessage::Fatal))` so that they take their place
-/// in the response order; socket errors and shutdown as `Err`.
-pub async fn next_request(
-    reader: &mut FrameReader,
-    tl: &Timeline,
-    version: PagestreamProtocolVersion,
-    cancel: &CancellationToken,
-) -> Result<Option<BatchedFeMessage>, QueryError> {
-    let frame = match reader.read_message(cancel).await {
-        Ok(Some(frame)) => frame,
-        Ok(None) => return Ok(None),
-        Err(e @ QueryError::Fatal { .. }) => return Ok(Some(BatchedFeMessage::Fatal(e))),
-        Err(e) => return Err(e),
-    };
-    let fatal = |message: String| {
-        Ok(Some(BatchedFeMessage::Fatal(QueryError::fatal(sqlstate::PROTOCOL_VIOLATION, message))))
-    };
-    match frame.tag {
-        b'd' => match PagestreamFeMessage::parse(frame.body, version) {
-            Ok(req) => Ok(Some(prepare(tl, req, Instant::now()))),
-            Err(e) => fatal(format!("invalid pagestream message: {e}")),
-        },
-        b'X' => Ok(None),
-        b'c' => fatal("client sent CopyDone: a pagestream ends with Terminate or EOF".to_string()),
-        b'f' => {
-            let why = String::from_utf8_lossy(frame.body.strip_suffix(&[0]).unwrap_or(frame.body));
-            fatal(format!("client sent CopyFail: {why}"))
-        }
-        tag => fatal(format!("unexpected message type '{}' in a pagestream", tag.escape_ascii())),
-    }
-}
 
 /// Runs the pagestream of `tl` until it ends (see the module comment).
 /// Gives the reader back unless a reader task failed.

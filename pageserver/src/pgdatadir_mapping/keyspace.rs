@@ -16,23 +16,27 @@ use super::reads::{read_dbdir, read_reldir, rel_sizes};
 use super::{
     decode_size, get_chunked, get_one, optional, DatadirError, SlruDirectory, TwoPhaseDirectory,
 };
-use crate::tenant::Timeline;
+use crate::tenant::{ReadKind, Timeline};
 
 const SLRU_KINDS: [SlruKind; 3] =
     [SlruKind::Clog, SlruKind::MultiXactMembers, SlruKind::MultiXactOffsets];
 
-pub async fn collect_keyspace(tl: &Timeline, lsn: Lsn) -> Result<Vec<Range<Key>>, DatadirError> {
+pub async fn collect_keyspace(
+    tl: &Timeline,
+    reader: ReadKind,
+    lsn: Lsn,
+) -> Result<Vec<Range<Key>>, DatadirError> {
     let mut ranges: Vec<Range<Key>> = Vec::new();
 
     // Databases, their relmap files and relation directories.
-    if let Some(dbdir) = read_dbdir(tl, lsn).await? {
+    if let Some(dbdir) = read_dbdir(tl, reader, lsn).await? {
         single(&mut ranges, Key::dbdir());
         let mut rels: Vec<RelTag> = Vec::new();
         for (&(spc, db), &relmap) in &dbdir.dbs {
             if relmap {
                 single(&mut ranges, Key::relmap_file(spc, db));
             }
-            let Some(dir) = read_reldir(tl, spc, db, lsn).await? else {
+            let Some(dir) = read_reldir(tl, reader, spc, db, lsn).await? else {
                 return Err(DatadirError::Corrupt(format!(
                     "database {spc}/{db} is in the database directory but has no relation directory at {lsn}"
                 )));
@@ -40,7 +44,7 @@ pub async fn collect_keyspace(tl: &Timeline, lsn: Lsn) -> Result<Vec<Range<Key>>
             single(&mut ranges, Key::rel_dir(spc, db));
             rels.extend(dir.rels.iter().map(|&(r, f)| RelTag::new(spc, db, r, f)));
         }
-        let sizes = rel_sizes(tl, &rels, lsn).await?;
+        let sizes = rel_sizes(tl, reader, &rels, lsn).await?;
         for (rel, n) in rels.into_iter().zip(sizes) {
             if n > 0 {
                 ranges.push(Key::rel_block(rel, 0)..Key::rel_block(rel, n));
@@ -51,12 +55,12 @@ pub async fn collect_keyspace(tl: &Timeline, lsn: Lsn) -> Result<Vec<Range<Key>>
 
     // SLRUs: directory, blocks, segment sizes.
     for kind in SLRU_KINDS {
-        let Some(dir) = get_one(tl, Key::slru_dir(kind), lsn).await? else { continue };
+        let Some(dir) = get_one(tl, reader, Key::slru_dir(kind), lsn).await? else { continue };
         single(&mut ranges, Key::slru_dir(kind));
         let segs: Vec<u32> = SlruDirectory::decode(&dir)?.segments.into_iter().collect();
         let queries: Vec<_> =
             segs.iter().map(|&s| (Key::slru_segment_size(kind, s), lsn)).collect();
-        for (seg, r) in segs.iter().zip(get_chunked(tl, &queries).await?) {
+        for (seg, r) in segs.iter().zip(get_chunked(tl, reader, &queries).await?) {
             let n = match optional(r)? {
                 Some(v) => {
                     decode_size(&v, || format!("SLRU segment {seg:04X} of {}", kind.dir_name()))?
@@ -77,14 +81,14 @@ pub async fn collect_keyspace(tl: &Timeline, lsn: Lsn) -> Result<Vec<Range<Key>>
     }
 
     // Two-phase state, control file, checkpoint.
-    if let Some(v) = get_one(tl, Key::twophase_dir(), lsn).await? {
+    if let Some(v) = get_one(tl, reader, Key::twophase_dir(), lsn).await? {
         single(&mut ranges, Key::twophase_dir());
         for xid in TwoPhaseDirectory::decode(&v)?.xids {
             single(&mut ranges, Key::twophase_file(xid));
         }
     }
     for k in [Key::control_file(), Key::checkpoint()] {
-        if get_one(tl, k, lsn).await?.is_some() {
+        if get_one(tl, reader, k, lsn).await?.is_some() {
             single(&mut ranges, k);
         }
     }

@@ -38,7 +38,7 @@ use super::{
     BLCKSZ,
 };
 use crate::tenant::value::Value;
-use crate::tenant::{Timeline, TimelineWriter};
+use crate::tenant::{ReadKind, Timeline, TimelineWriter};
 
 /// Buffered page bytes that trigger a `put_batch`.
 pub const FLUSH_BYTES: usize = 8 * 1024 * 1024;
@@ -209,8 +209,9 @@ impl<'t> DatadirModification<'t> {
 
     async fn dbdir(&mut self) -> anyhow::Result<&mut (DbDirectory, bool)> {
         if self.dbdir.is_none() {
-            let dir =
-                read_dbdir(self.tl, self.base_lsn).await.context("read the database directory")?;
+            let dir = read_dbdir(self.tl, ReadKind::Ingest, self.base_lsn)
+                .await
+                .context("read the database directory")?;
             self.dbdir = Some((dir.unwrap_or_default(), false));
         }
         Ok(self.dbdir.as_mut().unwrap())
@@ -222,7 +223,7 @@ impl<'t> DatadirModification<'t> {
         db: u32,
     ) -> anyhow::Result<&mut (Option<RelDirectory>, bool)> {
         if !self.reldirs.contains_key(&(spc, db)) {
-            let dir = read_reldir(self.tl, spc, db, self.base_lsn)
+            let dir = read_reldir(self.tl, ReadKind::Ingest, spc, db, self.base_lsn)
                 .await
                 .with_context(|| format!("read the relation directory of database {spc}/{db}"))?;
             self.reldirs.insert((spc, db), (dir, false));
@@ -242,7 +243,7 @@ impl<'t> DatadirModification<'t> {
                 .as_ref()
                 .is_some_and(|d| d.rels.contains(&(rel.relnode, rel.forknum)));
             let before = if listed {
-                let size = rel_size_opt(self.tl, rel, self.base_lsn).await?;
+                let size = rel_size_opt(self.tl, ReadKind::Ingest, rel, self.base_lsn).await?;
                 Some(size.ok_or_else(|| {
                     anyhow!("relation {rel} is listed but has no size at {}", self.base_lsn)
                 })?)
@@ -256,7 +257,7 @@ impl<'t> DatadirModification<'t> {
 
     async fn slru_dir(&mut self, kind: SlruKind) -> anyhow::Result<&mut (SlruDirectory, bool)> {
         if !self.slru_dirs.contains_key(&kind) {
-            let dir = read_slru_dir(self.tl, kind, self.base_lsn).await?;
+            let dir = read_slru_dir(self.tl, ReadKind::Ingest, kind, self.base_lsn).await?;
             self.slru_dirs.insert(kind, (dir, false));
         }
         Ok(self.slru_dirs.get_mut(&kind).unwrap())
@@ -266,7 +267,8 @@ impl<'t> DatadirModification<'t> {
         if !self.slru_segs.contains_key(&(kind, segno)) {
             let listed = self.slru_dir(kind).await?.0.segments.contains(&segno);
             let before = if listed {
-                let size = slru_segment_size(self.tl, kind, segno, self.base_lsn).await?;
+                let size = slru_segment_size(self.tl, ReadKind::Ingest, kind, segno, self.base_lsn)
+                    .await?;
                 Some(size.ok_or_else(|| {
                     anyhow!(
                         "SLRU segment {segno:04X} of {} is listed but has no size",
@@ -283,7 +285,9 @@ impl<'t> DatadirModification<'t> {
 
     async fn twophase_dir(&mut self) -> anyhow::Result<&mut (TwoPhaseDirectory, bool)> {
         if self.twophase.is_none() {
-            let dir = match get_one(self.tl, Key::twophase_dir(), self.base_lsn).await? {
+            let dir = match get_one(self.tl, ReadKind::Ingest, Key::twophase_dir(), self.base_lsn)
+                .await?
+            {
                 Some(v) => TwoPhaseDirectory::decode(&v)?,
                 None => TwoPhaseDirectory::default(),
             };

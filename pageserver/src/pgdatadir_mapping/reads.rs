@@ -5,7 +5,8 @@
 //! one `Timeline::get_vectored` for its batch when the sizes of the batch's
 //! relations are cached (the steady state); when some are not, their size
 //! keys ride along in the same call, or, if that exceeds
-//! `max_get_vectored_keys`, are read first. Duplicate (rel, blk, lsn) are
+//! `max_get_vectored_keys` (from config, never learned from a refusal), the
+//! queries are split into chunks of that size. Duplicate (rel, blk, lsn) are
 //! read once (the vectored read deduplicates its queries). Results are in request order, one per page.
 
 use bytes::Bytes;
@@ -17,12 +18,13 @@ use super::{
     decode_size, get_chunked, get_one, optional, zero_page, DatadirError, DbDirectory,
     RelDirectory, SlruDirectory, BLCKSZ,
 };
-use crate::tenant::{GetVectoredError, PageReconstructError, Timeline};
+use crate::tenant::{GetVectoredError, PageReconstructError, ReadKind, Timeline};
 
 /// Size of `rel` at `lsn`: `None` if it does not exist. Uses and fills the
 /// timeline's size cache.
 pub(crate) async fn rel_size_opt(
     tl: &Timeline,
+    reader: ReadKind,
     rel: RelTag,
     lsn: Lsn,
 ) -> Result<Option<u32>, DatadirError> {
@@ -33,7 +35,7 @@ pub(crate) async fn rel_size_opt(
         return Ok(size);
     }
     let latest = lsn == tl.get_last_record_lsn();
-    let size = match get_one(tl, Key::rel_size(rel), lsn).await? {
+    let size = match get_one(tl, reader, Key::rel_size(rel), lsn).await? {
         Some(v) => decode_size(&v, || format!("relation {rel} at {lsn}"))?,
         None => None,
     };
@@ -43,13 +45,23 @@ pub(crate) async fn rel_size_opt(
     Ok(size)
 }
 
-pub async fn get_rel_exists(tl: &Timeline, rel: RelTag, lsn: Lsn) -> Result<bool, DatadirError> {
-    Ok(rel_size_opt(tl, rel, lsn).await?.is_some())
+pub async fn get_rel_exists(
+    tl: &Timeline,
+    reader: ReadKind,
+    rel: RelTag,
+    lsn: Lsn,
+) -> Result<bool, DatadirError> {
+    Ok(rel_size_opt(tl, reader, rel, lsn).await?.is_some())
 }
 
 /// Number of blocks of `rel` at `lsn`.
-pub async fn get_rel_size(tl: &Timeline, rel: RelTag, lsn: Lsn) -> Result<u32, DatadirError> {
-    rel_size_opt(tl, rel, lsn).await?.ok_or(DatadirError::RelNotFound { rel, lsn })
+pub async fn get_rel_size(
+    tl: &Timeline,
+    reader: ReadKind,
+    rel: RelTag,
+    lsn: Lsn,
+) -> Result<u32, DatadirError> {
+    rel_size_opt(tl, reader, rel, lsn).await?.ok_or(DatadirError::RelNotFound { rel, lsn })
 }
 
 /// How one requested page gets its answer.
@@ -66,6 +78,7 @@ enum Plan {
 /// The outer error is the vectored get's own (too many keys, cancelled).
 pub async fn get_rel_pages_batched(
     tl: &Timeline,
+    reader: ReadKind,
     pages: &[(RelTag, u32, Lsn)],
 ) -> Result<Vec<Result<Bytes, DatadirError>>, GetVectoredError> {
     let latest = tl.get_last_record_lsn();
@@ -111,27 +124,12 @@ pub async fn get_rel_pages_batched(
     // 3. Read: pages plus missing sizes in one call when allowed.
     let n_pages = queries.len();
     queries.extend(misses.iter().map(|&(rel, lsn)| (Key::rel_size(rel), lsn)));
-    let results = if misses.is_empty() {
-        if queries.is_empty() {
-            Vec::new()
-        } else {
-            tl.get_vectored(&queries).await?
-        }
+    let results = if queries.is_empty() {
+        Vec::new()
+    } else if queries.len() <= tl.conf().max_get_vectored_keys {
+        tl.get_vectored(&queries, reader).await?
     } else {
-        match tl.get_vectored(&queries).await {
-            Ok(r) => r,
-            Err(GetVectoredError::TooManyKeys { .. }) => {
-                let mut size_results = get_chunked(tl, &queries[n_pages..]).await?;
-                let mut r = if n_pages > 0 {
-                    tl.get_vectored(&queries[..n_pages]).await?
-                } else {
-                    Vec::new()
-                };
-                r.append(&mut size_results);
-                r
-            }
-            Err(e) => return Err(e),
-        }
+        get_chunked(tl, reader, &queries).await?
     };
     debug_assert_eq!(results.len(), queries.len());
 
@@ -211,9 +209,10 @@ fn page_result(
 /// The database directory at `lsn` (`None` if the timeline has none yet).
 pub(crate) async fn read_dbdir(
     tl: &Timeline,
+    reader: ReadKind,
     lsn: Lsn,
 ) -> Result<Option<DbDirectory>, DatadirError> {
-    match get_one(tl, Key::dbdir(), lsn).await? {
+    match get_one(tl, reader, Key::dbdir(), lsn).await? {
         Some(v) => Ok(Some(DbDirectory::decode(&v)?)),
         None => Ok(None),
     }
@@ -223,11 +222,12 @@ pub(crate) async fn read_dbdir(
 /// exist (never created, or dropped).
 pub(crate) async fn read_reldir(
     tl: &Timeline,
+    reader: ReadKind,
     spcnode: u32,
     dbnode: u32,
     lsn: Lsn,
 ) -> Result<Option<RelDirectory>, DatadirError> {
-    match get_one(tl, Key::rel_dir(spcnode, dbnode), lsn).await? {
+    match get_one(tl, reader, Key::rel_dir(spcnode, dbnode), lsn).await? {
         Some(v) if v.is_empty() => Ok(None),
         Some(v) => Ok(Some(RelDirectory::decode(&v)?)),
         None => Ok(None),
@@ -236,48 +236,54 @@ pub(crate) async fn read_reldir(
 
 pub(crate) async fn read_slru_dir(
     tl: &Timeline,
+    reader: ReadKind,
     kind: SlruKind,
     lsn: Lsn,
 ) -> Result<SlruDirectory, DatadirError> {
-    match get_one(tl, Key::slru_dir(kind), lsn).await? {
+    match get_one(tl, reader, Key::slru_dir(kind), lsn).await? {
         Some(v) => Ok(SlruDirectory::decode(&v)?),
         None => Ok(SlruDirectory::default()),
     }
 }
 
 /// Every database at `lsn`: ((spcnode, dbnode), relmap file exists).
-pub async fn list_dbs(tl: &Timeline, lsn: Lsn) -> Result<Vec<((u32, u32), bool)>, DatadirError> {
-    Ok(read_dbdir(tl, lsn).await?.map(|d| d.dbs.into_iter().collect()).unwrap_or_default())
+pub async fn list_dbs(
+    tl: &Timeline,
+    reader: ReadKind,
+    lsn: Lsn,
+) -> Result<Vec<((u32, u32), bool)>, DatadirError> {
+    Ok(read_dbdir(tl, reader, lsn).await?.map(|d| d.dbs.into_iter().collect()).unwrap_or_default())
 }
 
 /// Every relation fork of a database at `lsn`.
 pub async fn list_rels(
     tl: &Timeline,
+    reader: ReadKind,
     spcnode: u32,
     dbnode: u32,
     lsn: Lsn,
 ) -> Result<Vec<RelTag>, DatadirError> {
-    let dir = read_reldir(tl, spcnode, dbnode, lsn).await?.ok_or(DatadirError::DbNotFound {
-        spcnode,
-        dbnode,
-        lsn,
-    })?;
+    let dir = read_reldir(tl, reader, spcnode, dbnode, lsn)
+        .await?
+        .ok_or(DatadirError::DbNotFound { spcnode, dbnode, lsn })?;
     Ok(dir.rels.into_iter().map(|(rel, fork)| RelTag::new(spcnode, dbnode, rel, fork)).collect())
 }
 
 /// Every segment number of an SLRU at `lsn`.
 pub async fn list_slru_segments(
     tl: &Timeline,
+    reader: ReadKind,
     kind: SlruKind,
     lsn: Lsn,
 ) -> Result<Vec<u32>, DatadirError> {
-    Ok(read_slru_dir(tl, kind, lsn).await?.segments.into_iter().collect())
+    Ok(read_slru_dir(tl, reader, kind, lsn).await?.segments.into_iter().collect())
 }
 
 /// Sizes of many relations at one LSN: cache first, then chunked reads.
 /// A relation without a size is an error (it is listed in a directory).
 pub(crate) async fn rel_sizes(
     tl: &Timeline,
+    reader: ReadKind,
     rels: &[RelTag],
     lsn: Lsn,
 ) -> Result<Vec<u32>, DatadirError> {
@@ -290,7 +296,7 @@ pub(crate) async fn rel_sizes(
         }
     }
     let queries: Vec<_> = missing.iter().map(|&i| (Key::rel_size(rels[i]), lsn)).collect();
-    let results = get_chunked(tl, &queries).await?;
+    let results = get_chunked(tl, reader, &queries).await?;
     for (&i, r) in missing.iter().zip(results) {
         let rel = rels[i];
         let size = match optional(r)? {
@@ -309,23 +315,25 @@ pub(crate) async fn rel_sizes(
 /// Total size in bytes of every fork of every relation of a database.
 pub async fn get_db_size(
     tl: &Timeline,
+    reader: ReadKind,
     spcnode: u32,
     dbnode: u32,
     lsn: Lsn,
 ) -> Result<u64, DatadirError> {
-    let rels = list_rels(tl, spcnode, dbnode, lsn).await?;
-    let sizes = rel_sizes(tl, &rels, lsn).await?;
+    let rels = list_rels(tl, reader, spcnode, dbnode, lsn).await?;
+    let sizes = rel_sizes(tl, reader, &rels, lsn).await?;
     Ok(sizes.iter().map(|&n| n as u64 * BLCKSZ as u64).sum())
 }
 
 /// Size in blocks of an SLRU segment at `lsn`, `None` if it does not exist.
 pub(crate) async fn slru_segment_size(
     tl: &Timeline,
+    reader: ReadKind,
     kind: SlruKind,
     segno: u32,
     lsn: Lsn,
 ) -> Result<Option<u32>, DatadirError> {
-    match get_one(tl, Key::slru_segment_size(kind, segno), lsn).await? {
+    match get_one(tl, reader, Key::slru_segment_size(kind, segno), lsn).await? {
         Some(v) => decode_size(&v, || format!("SLRU segment {segno:04X} of {}", kind.dir_name())),
         None => Ok(None),
     }
@@ -334,15 +342,16 @@ pub(crate) async fn slru_segment_size(
 /// The whole content of an SLRU segment file: its pages concatenated.
 pub async fn get_slru_segment(
     tl: &Timeline,
+    reader: ReadKind,
     kind: SlruKind,
     segno: u32,
     lsn: Lsn,
 ) -> Result<Bytes, DatadirError> {
-    let nblocks = slru_segment_size(tl, kind, segno, lsn)
+    let nblocks = slru_segment_size(tl, reader, kind, segno, lsn)
         .await?
         .ok_or(DatadirError::SlruSegmentNotFound { kind, segno, lsn })?;
     let queries: Vec<_> = (0..nblocks).map(|b| (Key::slru_block(kind, segno, b), lsn)).collect();
-    let results = get_chunked(tl, &queries).await?;
+    let results = get_chunked(tl, reader, &queries).await?;
     let mut out = Vec::with_capacity(nblocks as usize * BLCKSZ);
     for (blk, r) in results.into_iter().enumerate() {
         let page = optional(r)?.ok_or_else(|| {

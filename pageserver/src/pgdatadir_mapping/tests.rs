@@ -11,7 +11,7 @@ use utils::lsn::Lsn;
 
 use super::*;
 use crate::tenant::mgr::TenantManager;
-use crate::tenant::{StorageConf, Timeline};
+use crate::tenant::{ReadKind, StorageConf, Timeline};
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -60,24 +60,30 @@ async fn rel_reads_and_batches() {
     base(tl).await;
     let l = Lsn(0x20);
     assert_eq!(tl.get_last_record_lsn(), l);
-    assert!(get_rel_exists(tl, A, l).await.unwrap());
-    assert!(!get_rel_exists(tl, A.with_fork(2), l).await.unwrap());
-    assert_eq!(get_rel_size(tl, A, l).await.unwrap(), 3);
-    assert_eq!(get_rel_size(tl, B, l).await.unwrap(), 0);
-    let err = get_rel_size(tl, A.with_fork(2), l).await.unwrap_err();
+    assert!(get_rel_exists(tl, ReadKind::HttpRequest, A, l).await.unwrap());
+    assert!(!get_rel_exists(tl, ReadKind::HttpRequest, A.with_fork(2), l).await.unwrap());
+    assert_eq!(get_rel_size(tl, ReadKind::HttpRequest, A, l).await.unwrap(), 3);
+    assert_eq!(get_rel_size(tl, ReadKind::HttpRequest, B, l).await.unwrap(), 0);
+    let err = get_rel_size(tl, ReadKind::HttpRequest, A.with_fork(2), l).await.unwrap_err();
     assert!(matches!(err, DatadirError::RelNotFound { .. }));
     assert!(
         err.to_string().contains("1663/5/16384_vm") && err.to_string().contains("0/20"),
         "{err}"
     );
-    assert_eq!(get_db_size(tl, 1663, 5, l).await.unwrap(), 4 * BLCKSZ as u64);
-    assert!(matches!(get_db_size(tl, 1663, 6, l).await, Err(DatadirError::DbNotFound { .. })));
+    assert_eq!(
+        get_db_size(tl, ReadKind::HttpRequest, 1663, 5, l).await.unwrap(),
+        4 * BLCKSZ as u64
+    );
+    assert!(matches!(
+        get_db_size(tl, ReadKind::HttpRequest, 1663, 6, l).await,
+        Err(DatadirError::DbNotFound { .. })
+    ));
 
     let unknown = RelTag::new(1663, 5, 99999, 0);
     let zero_rel = RelTag::new(1663, 5, 0, 0);
     let reqs =
         [(A, 0, l), (A, 2, l), (A, 5, l), (B, 0, l), (unknown, 0, l), (zero_rel, 1, l), (A, 0, l)];
-    let out = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    let out = get_rel_pages_batched(tl, ReadKind::HttpRequest, &reqs).await.unwrap();
     assert_eq!(out[0].as_ref().unwrap(), &page(1, 0));
     assert_eq!(out[1].as_ref().unwrap(), &page(1, 2));
     assert_eq!(out[2].as_ref().unwrap(), &zero_page(), "past the end reads zeros");
@@ -87,12 +93,12 @@ async fn rel_reads_and_batches() {
     assert_eq!(out[6].as_ref().unwrap(), &page(1, 0));
     // The sizes read at the latest LSN are now cached: same answers.
     assert!(tl.datadir_cache.lookup(A, l).is_some());
-    let again = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    let again = get_rel_pages_batched(tl, ReadKind::HttpRequest, &reqs).await.unwrap();
     for (a, b) in out.iter().zip(&again) {
         assert_eq!(a.as_ref().ok(), b.as_ref().ok());
     }
     // Reads below the data's LSN find nothing.
-    assert!(!get_rel_exists(tl, A, Lsn(0x10)).await.unwrap());
+    assert!(!get_rel_exists(tl, ReadKind::HttpRequest, A, Lsn(0x10)).await.unwrap());
 }
 
 #[tokio::test]
@@ -118,11 +124,16 @@ async fn truncate_extend_drop_history() {
     m.commit().await.unwrap();
 
     for (lsn, size) in [(0x20, 3), (0x30, 1), (0x40, 3), (0x50, 3)] {
-        assert_eq!(get_rel_size(tl, A, Lsn(lsn)).await.unwrap(), size, "at {lsn:#x}");
+        assert_eq!(
+            get_rel_size(tl, ReadKind::HttpRequest, A, Lsn(lsn)).await.unwrap(),
+            size,
+            "at {lsn:#x}"
+        );
     }
     let at = |blk, lsn| (A, blk, Lsn(lsn));
     let out = get_rel_pages_batched(
         tl,
+        ReadKind::HttpRequest,
         &[at(1, 0x20), at(1, 0x30), at(1, 0x40), at(2, 0x40), at(2, 0x20)],
     )
     .await
@@ -133,10 +144,14 @@ async fn truncate_extend_drop_history() {
     assert_eq!(out[3].as_ref().unwrap(), &page(2, 2));
     assert_eq!(out[4].as_ref().unwrap(), &page(1, 2));
 
-    assert!(get_rel_exists(tl, B, Lsn(0x40)).await.unwrap());
-    assert!(!get_rel_exists(tl, B, Lsn(0x50)).await.unwrap());
-    assert!(list_rels(tl, 1663, 5, Lsn(0x50)).await.unwrap().iter().all(|r| *r != B));
-    let out = get_rel_pages_batched(tl, &[(B, 0, Lsn(0x50))]).await.unwrap();
+    assert!(get_rel_exists(tl, ReadKind::HttpRequest, B, Lsn(0x40)).await.unwrap());
+    assert!(!get_rel_exists(tl, ReadKind::HttpRequest, B, Lsn(0x50)).await.unwrap());
+    assert!(list_rels(tl, ReadKind::HttpRequest, 1663, 5, Lsn(0x50))
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| *r != B));
+    let out = get_rel_pages_batched(tl, ReadKind::HttpRequest, &[(B, 0, Lsn(0x50))]).await.unwrap();
     assert!(matches!(out[0], Err(DatadirError::RelNotFound { .. })));
 
     // Errors of the write side name the relation.
@@ -167,14 +182,19 @@ async fn slru_twophase_control_and_keyspace() {
     m.commit().await.unwrap();
     let l = Lsn(0x30);
 
-    let seg = get_slru_segment(tl, SlruKind::Clog, 0, l).await.unwrap();
+    let seg = get_slru_segment(tl, ReadKind::HttpRequest, SlruKind::Clog, 0, l).await.unwrap();
     assert_eq!(seg.len(), 2 * BLCKSZ);
     assert_eq!(&seg[BLCKSZ..], &page(4, 1)[..]);
-    let err = get_slru_segment(tl, SlruKind::MultiXactOffsets, 0, l).await.unwrap_err();
+    let err = get_slru_segment(tl, ReadKind::HttpRequest, SlruKind::MultiXactOffsets, 0, l)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("pg_multixact/offsets"), "{err}");
-    assert_eq!(list_slru_segments(tl, SlruKind::Clog, l).await.unwrap(), vec![0]);
+    assert_eq!(
+        list_slru_segments(tl, ReadKind::HttpRequest, SlruKind::Clog, l).await.unwrap(),
+        vec![0]
+    );
 
-    let ks = collect_keyspace(tl, l).await.unwrap();
+    let ks = collect_keyspace(tl, ReadKind::HttpRequest, l).await.unwrap();
     // Every listed key must be readable, and the list must be sorted and merged.
     let mut n_keys = 0u32;
     for w in ks.windows(2) {
@@ -201,21 +221,21 @@ async fn slru_twophase_control_and_keyspace() {
     m.drop_slru_segment(SlruKind::Clog, 0).await.unwrap();
     m.drop_twophase_file(742).await.unwrap();
     m.commit().await.unwrap();
-    let ks = collect_keyspace(tl, Lsn(0x40)).await.unwrap();
+    let ks = collect_keyspace(tl, ReadKind::HttpRequest, Lsn(0x40)).await.unwrap();
     let contains = |k: Key| ks.iter().any(|r| r.contains(&k));
     assert!(!contains(Key::rel_block(A, 0)) && !contains(Key::rel_dir(1663, 5)));
     assert!(!contains(Key::slru_block(SlruKind::Clog, 0, 0)) && !contains(Key::twophase_file(742)));
     assert!(contains(Key::relmap_file(1664, 0)));
     assert!(matches!(
-        get_db_size(tl, 1663, 5, Lsn(0x40)).await,
+        get_db_size(tl, ReadKind::HttpRequest, 1663, 5, Lsn(0x40)).await,
         Err(DatadirError::DbNotFound { .. })
     ));
-    assert!(!get_rel_exists(tl, A, Lsn(0x40)).await.unwrap());
-    assert!(get_rel_exists(tl, A, Lsn(0x30)).await.unwrap());
+    assert!(!get_rel_exists(tl, ReadKind::HttpRequest, A, Lsn(0x40)).await.unwrap());
+    assert!(get_rel_exists(tl, ReadKind::HttpRequest, A, Lsn(0x30)).await.unwrap());
 }
 
 #[tokio::test]
-async fn batch_over_the_key_limit_reads_sizes_separately() {
+async fn batch_over_the_key_limit_is_split_by_the_configured_limit() {
     // 4 keys per vectored get: 4 pages of 2 uncached relations need 6 keys.
     let e = env(4).await;
     let tl = &e.tl;
@@ -223,20 +243,23 @@ async fn batch_over_the_key_limit_reads_sizes_separately() {
     let l = Lsn(0x20);
     let fsm = A.with_fork(1);
     let reqs = [(A, 0, l), (fsm, 0, l), (A, 1, l), (fsm, 3, l)];
-    let out = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    let out = get_rel_pages_batched(tl, ReadKind::HttpRequest, &reqs).await.unwrap();
     assert_eq!(out[0].as_ref().unwrap(), &page(1, 0));
     assert_eq!(out[1].as_ref().unwrap(), &page(9, 0));
     assert_eq!(out[2].as_ref().unwrap(), &page(1, 1));
     assert_eq!(out[3].as_ref().unwrap(), &zero_page());
     // Chunked helpers adapt to the limit too.
-    assert!(!collect_keyspace(tl, l).await.unwrap().is_empty());
-    assert_eq!(get_db_size(tl, 1663, 5, l).await.unwrap(), 4 * BLCKSZ as u64);
-    // A batch larger than the limit is the caller's error.
+    assert!(!collect_keyspace(tl, ReadKind::HttpRequest, l).await.unwrap().is_empty());
+    assert_eq!(
+        get_db_size(tl, ReadKind::HttpRequest, 1663, 5, l).await.unwrap(),
+        4 * BLCKSZ as u64
+    );
+    // A batch whose pages and sizes exceed the limit is split by the
+    // configured limit (5 pages + 5 sizes = 10 keys > 4), never refused.
     let distinct: Vec<_> = (0..5).map(|i| (RelTag::new(1663, 5, 30000 + i, 0), 0, l)).collect();
-    assert!(matches!(
-        get_rel_pages_batched(tl, &distinct).await,
-        Err(crate::tenant::GetVectoredError::TooManyKeys { .. })
-    ));
+    let out = get_rel_pages_batched(tl, ReadKind::HttpRequest, &distinct).await.unwrap();
+    assert_eq!(out.len(), 5);
+    assert!(out.iter().all(|r| matches!(r, Err(DatadirError::RelNotFound { .. }))), "{out:?}");
 }
 
 #[tokio::test]
@@ -255,9 +278,9 @@ async fn large_modification_flushes_in_batches() {
     let err = m.put_rel_page_image(big, 3, page(5, 3)).await.unwrap_err().to_string();
     assert!(err.contains("written twice"), "{err}");
     m.commit().await.unwrap();
-    assert_eq!(get_rel_size(tl, big, Lsn(0x20)).await.unwrap(), n);
+    assert_eq!(get_rel_size(tl, ReadKind::HttpRequest, big, Lsn(0x20)).await.unwrap(), n);
     let reqs: Vec<_> = [0, n / 2 - 1, n / 2, n - 1].iter().map(|&b| (big, b, Lsn(0x20))).collect();
-    let out = get_rel_pages_batched(tl, &reqs).await.unwrap();
+    let out = get_rel_pages_batched(tl, ReadKind::HttpRequest, &reqs).await.unwrap();
     for (r, (_, b, _)) in out.iter().zip(&reqs) {
         assert_eq!(r.as_ref().unwrap(), &page(5, *b));
     }

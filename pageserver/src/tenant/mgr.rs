@@ -32,25 +32,25 @@ impl TenantManager {
         cancel: CancellationToken,
     ) -> anyhow::Result<Arc<TenantManager>> {
         let dir = conf.tenants_dir();
-        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let engine = &conf.io_engine;
+        engine.create_dir_all(&dir).await?;
         let globals = Arc::new(Globals::default());
         let mut tenants = HashMap::new();
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("list {}", dir.display()))? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+        for entry in engine.read_dir(&dir).await? {
+            let name = entry.name_lossy();
+            let path = dir.join(&entry.name);
             if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
-                info!("removing unfinished tenant directory {}", entry.path().display());
-                std::fs::remove_dir_all(entry.path())?;
+                info!("removing unfinished tenant directory {}", path.display());
+                engine.remove_dir_all(&path).await?;
                 continue;
             }
             let Ok(id) = name.parse::<TenantId>() else {
-                warn!("ignoring unexpected entry {}", entry.path().display());
+                warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
-            let t =
-                Tenant::load(conf.clone(), globals.clone(), id, entry.path(), cancel.child_token())
-                    .await
-                    .with_context(|| format!("load tenant {id}"))?;
+            let t = Tenant::load(conf.clone(), globals.clone(), id, path, cancel.child_token())
+                .await
+                .with_context(|| format!("load tenant {id}"))?;
             tenants.insert(id, t);
         }
         info!("loaded {} tenants from {}", tenants.len(), dir.display());
@@ -87,15 +87,16 @@ impl TenantManager {
     async fn create_tenant_inner(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
         let final_dir = self.conf.tenants_dir().join(id.to_string());
         let temp_dir = io_engine::temp_path(&final_dir);
-        let _ = std::fs::remove_dir_all(&temp_dir);
-        let tl_dir = temp_dir.join("timelines");
-        std::fs::create_dir_all(&tl_dir).with_context(|| format!("create {}", tl_dir.display()))?;
         let engine = &self.conf.io_engine;
-        engine.fsync_dir(&tl_dir).await.context("fsync")?;
-        engine.fsync_dir(&temp_dir).await.context("fsync")?;
-        std::fs::rename(&temp_dir, &final_dir)
-            .with_context(|| format!("rename {}", temp_dir.display()))?;
-        engine.fsync_dir(&self.conf.tenants_dir()).await.context("fsync")?;
+        if engine.exists(&temp_dir).await.context("create tenant")? {
+            engine.remove_dir_all(&temp_dir).await.context("create tenant")?;
+        }
+        let tl_dir = temp_dir.join("timelines");
+        engine.create_dir_all(&tl_dir).await.context("create tenant")?;
+        engine.fsync_dir(&tl_dir).await.context("create tenant")?;
+        engine.fsync_dir(&temp_dir).await.context("create tenant")?;
+        engine.rename(&temp_dir, &final_dir).await.context("create tenant")?;
+        engine.fsync_dir(&self.conf.tenants_dir()).await.context("create tenant")?;
         Ok(Tenant::load(
             self.conf.clone(),
             self.globals.clone(),

@@ -113,6 +113,29 @@ pub enum PageReconstructError {
     Other(String),
 }
 
+/// Who a read is for: the `task_kind` label of `pageserver_get_vectored_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum ReadKind {
+    /// GetPage and friends from a compute (the page service).
+    PageRequestHandler,
+    /// Reads of the ingest path (imports; the WAL receiver next).
+    Ingest,
+    /// The management API.
+    HttpRequest,
+}
+
+impl ReadKind {
+    /// Label values indexed by `ReadKind as usize`; start-up registers them
+    /// (`metrics::register_all`).
+    pub const LABELS: [&'static str; 3] =
+        ["PageRequestHandler", "WalReceiverOrImport", "MgmtRequest"];
+
+    pub fn label(self) -> &'static str {
+        Self::LABELS[self as usize]
+    }
+}
+
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum GetVectoredError {
     #[error("vectored get of {n} keys exceeds max_get_vectored_keys {max}")]
@@ -140,39 +163,30 @@ impl Tenant {
         dir: PathBuf,
         cancel: CancellationToken,
     ) -> anyhow::Result<Arc<Tenant>> {
+        let engine = &conf.io_engine;
         let scratch = dir.join("scratch");
-        if scratch.exists() {
-            std::fs::remove_dir_all(&scratch)
-                .with_context(|| format!("clear {}", scratch.display()))?;
+        if engine.exists(&scratch).await? {
+            engine.remove_dir_all(&scratch).await.context("clear the scratch directory")?;
         }
-        std::fs::create_dir_all(&scratch)
-            .with_context(|| format!("create {}", scratch.display()))?;
+        engine.create_dir_all(&scratch).await?;
         let tl_dir = dir.join("timelines");
         let mut timelines = HashMap::new();
-        for entry in
-            std::fs::read_dir(&tl_dir).with_context(|| format!("list {}", tl_dir.display()))?
-        {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+        for entry in engine.read_dir(&tl_dir).await? {
+            let name = entry.name_lossy();
+            let path = tl_dir.join(&entry.name);
             if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
-                info!("removing unfinished timeline directory {}", entry.path().display());
-                std::fs::remove_dir_all(entry.path())?;
+                info!("removing unfinished timeline directory {}", path.display());
+                engine.remove_dir_all(&path).await?;
                 continue;
             }
             let Ok(tlid) = name.parse::<TimelineId>() else {
-                warn!("ignoring unexpected entry {}", entry.path().display());
+                warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
-            let tl = Timeline::load(
-                conf.clone(),
-                globals.clone(),
-                id,
-                tlid,
-                entry.path(),
-                cancel.child_token(),
-            )
-            .await
-            .with_context(|| format!("load timeline {id}/{tlid}"))?;
+            let tl =
+                Timeline::load(conf.clone(), globals.clone(), id, tlid, path, cancel.child_token())
+                    .await
+                    .with_context(|| format!("load timeline {id}/{tlid}"))?;
             timelines.insert(tlid, tl);
         }
         Ok(Arc::new(Tenant {
@@ -255,8 +269,9 @@ impl Tenant {
         self.reserve(id)?;
         let mut uninit = UninitializedTimeline { tenant: self.clone(), id, timeline: None };
         let temp_dir = io_engine::temp_path(&self.timeline_dir(id));
-        if temp_dir.exists() {
-            std::fs::remove_dir_all(&temp_dir).context("remove leftover temp directory")?;
+        let engine = &self.conf.io_engine;
+        if engine.exists(&temp_dir).await.context("create timeline")? {
+            engine.remove_dir_all(&temp_dir).await.context("remove leftover temp directory")?;
         }
         let md = TimelineMetadata { disk_consistent_lsn: initial_lsn, initial_lsn, pg_version };
         Timeline::create_on_disk(&self.conf, &temp_dir, &md).await?;
@@ -304,9 +319,17 @@ pub(crate) async fn remove_dir_durably(conf: &StorageConf, dir: &Path) -> anyhow
     let mut deleted = dir.as_os_str().to_owned();
     deleted.push(DELETED_SUFFIX);
     let deleted = PathBuf::from(deleted);
-    std::fs::rename(dir, &deleted).with_context(|| format!("rename {}", dir.display()))?;
-    conf.io_engine.fsync_dir(dir.parent().unwrap()).await?;
-    std::fs::remove_dir_all(&deleted).with_context(|| format!("remove {}", deleted.display()))?;
+    let engine = &conf.io_engine;
+    engine.rename(dir, &deleted).await?;
+    engine.fsync_dir(dir.parent().expect("a tenant or timeline directory has a parent")).await?;
+    engine.remove_dir_all(&deleted).await?;
+    Ok(())
+}
+
+async fn remove_dir_if_present(engine: &io_engine::IoEngine, dir: &Path) -> std::io::Result<()> {
+    if engine.exists(dir).await? {
+        engine.remove_dir_all(dir).await?;
+    }
     Ok(())
 }
 
@@ -338,8 +361,7 @@ impl UninitializedTimeline {
             );
             tl.shutdown(false, Duration::ZERO).await;
             let final_dir = tenant.timeline_dir(self.id);
-            std::fs::rename(&temp_dir, &final_dir)
-                .with_context(|| format!("rename {}", temp_dir.display()))?;
+            tenant.conf.io_engine.rename(&temp_dir, &final_dir).await?;
             tenant.conf.io_engine.fsync_dir(final_dir.parent().unwrap()).await?;
             utils::failpoint::failpoint("timeline-create::after-rename")?;
             Timeline::load(
@@ -363,8 +385,12 @@ impl UninitializedTimeline {
             Err(e) => {
                 tl.cancel.cancel();
                 // Drop removes the reservation; remove whichever directory exists.
-                let _ = std::fs::remove_dir_all(&temp_dir);
-                let _ = std::fs::remove_dir_all(tenant.timeline_dir(self.id));
+                let engine = &tenant.conf.io_engine;
+                for dir in [temp_dir, tenant.timeline_dir(self.id)] {
+                    if let Err(e) = remove_dir_if_present(engine, &dir).await {
+                        warn!("could not remove the failed timeline's directory: {e}");
+                    }
+                }
                 Err(TenantError::Other(e))
             }
         }
@@ -375,9 +401,8 @@ impl Drop for UninitializedTimeline {
     fn drop(&mut self) {
         if let Some(tl) = self.timeline.take() {
             tl.cancel.cancel();
-            if let Err(e) = std::fs::remove_dir_all(tl.dir()) {
-                warn!("could not remove abandoned timeline directory {}: {e}", tl.dir().display());
-            }
+            // Start-up removes it too (a `.___temp` directory) if this cannot.
+            self.tenant.conf.io_engine.remove_from_drop(tl.dir());
         }
         self.tenant.creating.lock().unwrap().remove(&self.id);
     }

@@ -18,7 +18,7 @@ use utils::lsn::Lsn;
 
 use super::mgr::TenantManager;
 use super::value::{Record, Value};
-use super::{PageReconstructError, StorageConf, Timeline};
+use super::{PageReconstructError, ReadKind, StorageConf, Timeline};
 
 type Oracle = BTreeMap<Key, Vec<(Lsn, Value)>>;
 
@@ -156,7 +156,7 @@ async fn randomized_model() {
                     (keys[rng.gen_range(0..keys.len())], Lsn(rng.gen_range(initial.0..=lsn.0)))
                 })
                 .collect();
-            let res = tl.get_vectored(&queries).await.unwrap();
+            let res = tl.get_vectored(&queries, ReadKind::HttpRequest).await.unwrap();
             for ((k, l), r) in queries.iter().zip(&res) {
                 check(&oracle, *k, *l, r, seed);
             }
@@ -217,7 +217,7 @@ async fn too_many_keys_and_bad_writes_are_rejected() {
     let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 15).await.unwrap();
     let q: Vec<(Key, Lsn)> = (0..33).map(|i| (Key::MIN.add(i), Lsn(0x10))).collect();
     assert!(matches!(
-        tl.get_vectored(&q).await,
+        tl.get_vectored(&q, ReadKind::HttpRequest).await,
         Err(super::GetVectoredError::TooManyKeys { n: 33, max: 32 })
     ));
     let mut w = tl.writer().await;

@@ -49,7 +49,8 @@ use super::storage_layer::layer_map::LayerMap;
 use super::storage_layer::{DeltaLayerName, MAX_BLOB_LEN};
 use super::value::Value;
 use super::{
-    vectored_read, GetVectoredError, Globals, PageReconstructError, StorageConf, WaitLsnError,
+    vectored_read, GetVectoredError, Globals, PageReconstructError, ReadKind, StorageConf,
+    WaitLsnError,
 };
 use crate::metrics::storage as metrics;
 use crate::pgdatadir_mapping::DatadirCache;
@@ -116,7 +117,7 @@ impl Timeline {
         dir: &Path,
         md: &TimelineMetadata,
     ) -> anyhow::Result<()> {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        conf.io_engine.create_dir_all(dir).await?;
         md.persist(&conf.io_engine, dir).await?;
         conf.io_engine.fsync_dir(dir.parent().unwrap()).await?;
         Ok(())
@@ -136,16 +137,15 @@ impl Timeline {
         let md = TimelineMetadata::load(&conf.io_engine, &dir).await?;
         let mut names = Vec::new();
         let mut removed = false;
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("list {}", dir.display()))? {
-            let entry = entry?;
-            let fname = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path();
+        let engine = &conf.io_engine;
+        for entry in engine.read_dir(&dir).await? {
+            let fname = entry.name_lossy();
+            let path = dir.join(&entry.name);
             if fname == super::metadata::METADATA_FILE {
                 continue;
             }
             if fname.ends_with(io_engine::TEMP_SUFFIX) || fname.starts_with(EPHEMERAL_PREFIX) {
-                std::fs::remove_file(&path)
-                    .with_context(|| format!("remove {}", path.display()))?;
+                engine.remove_file(&path).await?;
                 removed = true;
                 continue;
             }
@@ -155,8 +155,7 @@ impl Timeline {
                         "removing layer {fname}: beyond disk_consistent_lsn {}",
                         md.disk_consistent_lsn
                     );
-                    std::fs::remove_file(&path)
-                        .with_context(|| format!("remove {}", path.display()))?;
+                    engine.remove_file(&path).await?;
                     removed = true;
                 }
                 Some(n) => names.push(n),
@@ -245,7 +244,9 @@ impl Timeline {
     pub async fn get_vectored(
         &self,
         queries: &[(Key, Lsn)],
+        kind: ReadKind,
     ) -> Result<Vec<Result<Bytes, PageReconstructError>>, GetVectoredError> {
+        let started = Instant::now();
         if queries.len() > self.conf.max_get_vectored_keys {
             return Err(GetVectoredError::TooManyKeys {
                 n: queries.len(),
@@ -257,12 +258,18 @@ impl Timeline {
         }
         let layers = self.layers.read().unwrap().newest_first();
         let (results, stats) = vectored_read::read(&layers, queries).await;
-        metrics::record_vectored_read(stats.chunks, stats.bytes);
+        metrics::record_vectored_read(
+            kind as usize,
+            kind.label(),
+            started.elapsed(),
+            stats.chunks,
+            stats.bytes,
+        );
         Ok(results)
     }
 
     pub async fn get(&self, key: Key, lsn: Lsn) -> Result<Bytes, PageReconstructError> {
-        match self.get_vectored(&[(key, lsn)]).await {
+        match self.get_vectored(&[(key, lsn)], ReadKind::HttpRequest).await {
             Ok(mut v) => v.pop().expect("one result per query"),
             Err(e) => Err(PageReconstructError::Other(e.to_string())),
         }

@@ -20,9 +20,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context};
-use io_engine::{temp_path, AlignedBuf, File, IoEngine, OpenMode};
+use io_engine::{AlignedBuf, File, IoEngine, OpenMode};
 use pageserver_api::key::{CompactKey, Key, KEY_SIZE};
-use utils::failpoint::failpoint;
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
@@ -125,16 +124,18 @@ impl DeltaLayer {
         let end_lsn = layer.end_lsn().expect("only frozen layers are flushed");
         let index = layer.sorted_entries();
         ensure!(!index.is_empty(), "flush of an empty layer");
+        assert!(
+            index.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)),
+            "layer index must be sorted by (key, lsn) without duplicates before it is written"
+        );
         let key_range =
             Key::from_compact(index[0].0)..Key::from_compact(index[index.len() - 1].0).next();
         let name = DeltaLayerName { key_range, lsn_range: layer.start_lsn..end_lsn };
         let path = dir.join(name.to_string());
-        let tmp = temp_path(&path);
-        let _ = std::fs::remove_file(&tmp);
-        let file = engine
-            .open(&tmp, OpenMode::CREATE_NEW)
-            .await
-            .with_context(|| format!("create {}", tmp.display()))?;
+        let temp = engine.create_temp(&path).await.context("create layer file")?;
+        let temp = temp.with_failpoints("flush");
+        let tmp = temp.temp_path().to_path_buf();
+        let file = temp.file();
 
         // Values, verbatim.
         let values_len = layer.size();
@@ -177,12 +178,7 @@ impl DeltaLayer {
             entry_count: index.len() as u64,
         };
         write_at(&file, AlignedBuf::from_slice(&header.encode()), 0).await?;
-        failpoint("flush::before-fsync")?;
-        file.sync_all().await.with_context(|| format!("fsync {}", tmp.display()))?;
-        failpoint("flush::before-rename")?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("rename {}", tmp.display()))?;
-        engine.fsync_dir(dir).await?;
-        failpoint("flush::after-rename")?;
+        let file = temp.commit().await.context("write layer file")?;
         let file_size = file.len().await?;
         let key_index = KeyIndex::build(&index);
         Ok(DeltaLayer { name, path, file_size, file, index, key_index })

@@ -11,8 +11,9 @@
 //! The state lock is a std `RwLock` held only for memcpy-sized sections,
 //! never across an await.
 //!
-//! The file is removed when the `EphemeralFile` is dropped (its layer has
-//! been flushed to an L0 file, or the timeline is gone). Start-up deletes any
+//! The file is removed (through the IO engine's synchronous
+//! `remove_from_drop`: `Drop` cannot await) when the `EphemeralFile` is dropped (its layer has been
+//! flushed to an L0 file, or the timeline is gone). Start-up deletes any
 //! leftovers (`ephemeral-*`), since their content is not durable by design.
 
 use std::io;
@@ -27,6 +28,7 @@ pub const TAIL_SIZE: usize = 256 * 1024;
 pub const EPHEMERAL_PREFIX: &str = "ephemeral-";
 
 pub struct EphemeralFile {
+    engine: IoEngine,
     path: PathBuf,
     file: File,
     state: RwLock<State>,
@@ -54,9 +56,12 @@ impl State {
 impl EphemeralFile {
     pub async fn create(engine: &IoEngine, dir: &Path, seq: u64) -> io::Result<EphemeralFile> {
         let path = dir.join(format!("{EPHEMERAL_PREFIX}{seq}"));
-        let _ = std::fs::remove_file(&path);
+        if engine.exists(&path).await? {
+            engine.remove_file(&path).await?; // left by an earlier run; start-up removes these too
+        }
         let file = engine.open(&path, OpenMode::CREATE_NEW).await?;
         Ok(EphemeralFile {
+            engine: engine.clone(),
             path,
             file,
             state: RwLock::new(State {
@@ -176,11 +181,7 @@ impl EphemeralFile {
 
 impl Drop for EphemeralFile {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_file(&self.path) {
-            if e.kind() != io::ErrorKind::NotFound {
-                tracing::warn!("could not remove ephemeral file {}: {e}", self.path.display());
-            }
-        }
+        self.engine.remove_from_drop(&self.path);
     }
 }
 
