@@ -16,13 +16,12 @@
 //! - every block below a relation's size has a value written at or after the
 //!   LSN at which the size last grew past it (gaps are zero-filled), so a
 //!   truncated-then-extended relation never shows stale pages;
-//! - sizes cached in `Timeline::datadir_cache` agree with storage (see
-//!   `cache`).
+//! - sizes cached in `Timeline::rel_size_cache` agree with storage (see
+//!   `tenant/timeline/rel_size_cache.rs`).
 //!
 //! Reads (`reads`, `keyspace`) never wait for an LSN: the caller
 //! (page service, HTTP) has already waited for it.
 
-mod cache;
 mod dirs;
 mod keyspace;
 mod modification;
@@ -38,7 +37,6 @@ use utils::lsn::Lsn;
 
 use crate::tenant::{GetVectoredError, PageReconstructError, ReadKind, Timeline};
 
-pub use cache::DatadirCache;
 pub use dirs::{DbDirectory, DirDecodeError, RelDirectory, SlruDirectory, TwoPhaseDirectory};
 pub use keyspace::collect_keyspace;
 pub use modification::DatadirModification;

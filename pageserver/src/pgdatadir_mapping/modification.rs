@@ -650,7 +650,7 @@ impl<'t> DatadirModification<'t> {
         if !self.pending.is_empty() {
             w.put_batch(&self.pending).await.with_context(|| format!("write changes at {lsn}"))?;
         }
-        self.tl.datadir_cache.update(size_changes.into_iter(), lsn);
+        self.tl.rel_size_cache.update(size_changes.into_iter(), lsn);
         w.finish_write(lsn);
         Ok(())
     }

@@ -31,7 +31,7 @@ pub(crate) async fn rel_size_opt(
     if rel.relnode == 0 {
         return Ok(None);
     }
-    if let Some(size) = tl.datadir_cache.lookup(rel, lsn) {
+    if let Some(size) = tl.rel_size_cache.lookup(rel, lsn) {
         return Ok(size);
     }
     let latest = lsn == tl.get_last_record_lsn();
@@ -40,7 +40,7 @@ pub(crate) async fn rel_size_opt(
         None => None,
     };
     if latest {
-        tl.datadir_cache.fill(rel, lsn, size);
+        tl.rel_size_cache.fill(rel, lsn, size);
     }
     Ok(size)
 }
@@ -91,7 +91,7 @@ pub async fn get_rel_pages_batched(
         if rel.relnode == 0 || sizes.get(rel, lsn).is_some() || misses.contains(&(rel, lsn)) {
             continue;
         }
-        match tl.datadir_cache.lookup(rel, lsn) {
+        match tl.rel_size_cache.lookup(rel, lsn) {
             Some(size) => sizes.insert(rel, lsn, Ok(size)),
             None => misses.push((rel, lsn)),
         }
@@ -142,7 +142,7 @@ pub async fn get_rel_pages_batched(
         };
         if let Ok(s) = &size {
             if lsn == latest {
-                tl.datadir_cache.fill(rel, lsn, *s);
+                tl.rel_size_cache.fill(rel, lsn, *s);
             }
         }
         sizes.insert(rel, lsn, size);
@@ -290,7 +290,7 @@ pub(crate) async fn rel_sizes(
     let mut out = vec![0u32; rels.len()];
     let mut missing = Vec::new();
     for (i, rel) in rels.iter().enumerate() {
-        match tl.datadir_cache.lookup(*rel, lsn) {
+        match tl.rel_size_cache.lookup(*rel, lsn) {
             Some(Some(n)) => out[i] = n,
             _ => missing.push(i),
         }

@@ -92,7 +92,7 @@ async fn rel_reads_and_batches() {
     assert!(matches!(out[5], Err(DatadirError::RelNotFound { .. })));
     assert_eq!(out[6].as_ref().unwrap(), &page(1, 0));
     // The sizes read at the latest LSN are now cached: same answers.
-    assert!(tl.datadir_cache.lookup(A, l).is_some());
+    assert!(tl.rel_size_cache.lookup(A, l).is_some());
     let again = get_rel_pages_batched(tl, ReadKind::HttpRequest, &reqs).await.unwrap();
     for (a, b) in out.iter().zip(&again) {
         assert_eq!(a.as_ref().ok(), b.as_ref().ok());

@@ -1,4 +1,4 @@
-//! `DatadirCache`: per-timeline cache of relation sizes, so that a GetPage
+//! `RelSizeCache`: the timeline's cache of relation sizes, so that a GetPage
 //! does not read the relation's size key every time.
 //!
 //! An entry `rel -> (lsn, size)` claims: "at every LSN >= `lsn`, up to the
@@ -32,11 +32,11 @@ use utils::lsn::Lsn;
 pub const MAX_ENTRIES: usize = 256 * 1024;
 
 #[derive(Default)]
-pub struct DatadirCache {
+pub struct RelSizeCache {
     rel_sizes: RwLock<HashMap<RelTag, (Lsn, Option<u32>)>>,
 }
 
-impl DatadirCache {
+impl RelSizeCache {
     /// The cached size of `rel` valid at `lsn`: `Some(Some(n))` = n blocks,
     /// `Some(None)` = does not exist, `None` = unknown (read storage).
     pub fn lookup(&self, rel: RelTag, lsn: Lsn) -> Option<Option<u32>> {
@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn lookup_respects_lsn_and_order() {
-        let c = DatadirCache::default();
+        let c = RelSizeCache::default();
         let rel = RelTag::new(1663, 5, 16384, 0);
         assert_eq!(c.lookup(rel, Lsn(100)), None);
         c.fill(rel, Lsn(100), Some(3));
@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn bounded() {
-        let c = DatadirCache::default();
+        let c = RelSizeCache::default();
         let many: Vec<_> =
             (0..MAX_ENTRIES as u32).map(|i| (RelTag::new(1663, 1, i + 1, 0), Some(1))).collect();
         c.update(many.into_iter(), Lsn(10));

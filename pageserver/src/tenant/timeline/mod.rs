@@ -1,0 +1,199 @@
+//! `Timeline`: one branch of a tenant's page history, and its ingest and
+//! flush machinery.
+//!
+//! LSNs: `last_record_lsn` — everything up to it is ingested and readable;
+//! `disk_consistent_lsn` — everything up to it is in L0 files on disk and
+//! recorded in the metadata file. `disk_consistent_lsn <= last_record_lsn`.
+//!
+//! Concurrency contract:
+//! - Writes go through `TimelineWriter`, a guard of the async `writer` mutex:
+//!   one writer at a time. A writer puts values at LSNs above
+//!   `last_record_lsn`, then calls `finish_write(lsn)` once all values of
+//!   `lsn` are in; only then do readers see them and may a freeze happen, so
+//!   layers always end at an LSN boundary. (A writer dropped between `put`
+//!   and `finish_write` leaves a partial LSN; freezes are skipped until it is
+//!   finished.)
+//! - Freezing (size, budget, timeout, checkpoint) moves the open layer to the
+//!   frozen queue under the `layers` lock, with the writer lock held.
+//! - One flush task per timeline flushes frozen layers oldest first: write L0
+//!   (temp, fsync, rename, fsync dir), swap it into the layer map in place of
+//!   the frozen layer, then persist `disk_consistent_lsn` in the metadata.
+//!   A failed flush is retried; ingest waits (backpressure) rather than lose
+//!   anything.
+//! - Readers snapshot the layer list (Arcs) under the `layers` lock and read
+//!   without it; a frozen layer being flushed stays readable until dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn, Instrument};
+use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
+use utils::seqwait::SeqWait;
+
+mod flush;
+mod load;
+mod read;
+mod rel_size_cache;
+mod writer;
+
+pub use rel_size_cache::RelSizeCache;
+pub use writer::TimelineWriter;
+
+use writer::WriterState;
+
+use super::metadata::TimelineMetadata;
+use super::storage_layer::layer_map::LayerMap;
+use super::{Globals, StorageConf};
+
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct LayerStats {
+    pub in_memory_layers: usize,
+    pub in_memory_bytes: u64,
+    pub l0_layers: usize,
+    pub l0_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct FlushState {
+    disk_consistent_lsn: Lsn,
+    /// The last flush error, cleared by the next successful flush.
+    error: Option<Arc<String>>,
+}
+
+pub struct Timeline {
+    pub tenant_id: TenantId,
+    pub timeline_id: TimelineId,
+    pub pg_version: u32,
+    /// Cancelled when the timeline shuts down or is deleted.
+    pub cancel: CancellationToken,
+    pub rel_size_cache: RelSizeCache,
+    conf: Arc<StorageConf>,
+    globals: Arc<Globals>,
+    dir: PathBuf,
+    initial_lsn: Lsn,
+    last_record_lsn: SeqWait,
+    flush_state: watch::Sender<FlushState>,
+    layers: RwLock<LayerMap>,
+    writer: tokio::sync::Mutex<WriterState>,
+    flush_wakeup: Notify,
+    /// LSN to record as disk-consistent once the frozen queue is drained
+    /// (a checkpoint with nothing in memory).
+    pending_advance: Mutex<Option<Lsn>>,
+    ephemeral_seq: AtomicU64,
+    tasks: TaskTracker,
+}
+
+impl Timeline {
+    /// Create the directory of a new timeline with its metadata.
+    pub(crate) async fn create_on_disk(
+        conf: &StorageConf,
+        dir: &Path,
+        md: &TimelineMetadata,
+    ) -> anyhow::Result<()> {
+        conf.io_engine.create_dir_all(dir).await?;
+        md.persist(&conf.io_engine, dir).await?;
+        conf.io_engine.fsync_dir(dir.parent().unwrap()).await?;
+        Ok(())
+    }
+
+    /// Load a timeline from `dir` as its manifest says (see `load.rs`) and
+    /// start its background tasks.
+    pub(crate) async fn load(
+        conf: Arc<StorageConf>,
+        globals: Arc<Globals>,
+        tenant_id: TenantId,
+        timeline_id: TimelineId,
+        dir: PathBuf,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<Arc<Timeline>> {
+        let load::Loaded { md, layers } =
+            load::load_layers(&conf.io_engine, &dir, tenant_id, timeline_id).await?;
+        let layer_map = LayerMap::new(md.initial_lsn + 1, layers);
+        let tl = Arc::new(Timeline {
+            tenant_id,
+            timeline_id,
+            pg_version: md.pg_version,
+            cancel,
+            rel_size_cache: RelSizeCache::default(),
+            conf,
+            globals,
+            dir,
+            initial_lsn: md.initial_lsn,
+            last_record_lsn: SeqWait::new(md.disk_consistent_lsn),
+            flush_state: watch::Sender::new(FlushState {
+                disk_consistent_lsn: md.disk_consistent_lsn,
+                error: None,
+            }),
+            layers: RwLock::new(layer_map),
+            writer: tokio::sync::Mutex::new(WriterState::default()),
+            flush_wakeup: Notify::new(),
+            pending_advance: Mutex::new(None),
+            ephemeral_seq: AtomicU64::new(0),
+            tasks: TaskTracker::new(),
+        });
+        let span =
+            tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
+        tl.tasks.spawn(tl.clone().flush_loop().instrument(span.clone()));
+        tl.tasks.spawn(tl.clone().checkpoint_timeout_loop().instrument(span));
+        Ok(tl)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn get_last_record_lsn(&self) -> Lsn {
+        self.last_record_lsn.load()
+    }
+
+    pub fn get_disk_consistent_lsn(&self) -> Lsn {
+        self.flush_state.borrow().disk_consistent_lsn
+    }
+
+    pub fn get_initial_lsn(&self) -> Lsn {
+        self.initial_lsn
+    }
+
+    pub fn conf(&self) -> &StorageConf {
+        &self.conf
+    }
+
+    /// Wait until `lsn` is ingested, up to `wait_lsn_timeout`.
+    pub async fn writer(&self) -> TimelineWriter<'_> {
+        TimelineWriter { tl: self, state: self.writer.lock().await }
+    }
+
+    pub fn layer_stats(&self) -> LayerStats {
+        let lm = self.layers.read().unwrap();
+        LayerStats {
+            in_memory_layers: lm.in_memory_layer_count(),
+            in_memory_bytes: lm.in_memory_bytes(),
+            l0_layers: lm.l0_layers().len(),
+            l0_bytes: lm.l0_layers().iter().map(|l| l.file_size).sum(),
+        }
+    }
+
+    /// Freeze the open layer at the last complete LSN and wait until
+    /// everything up to it is on disk. Returns the new `disk_consistent_lsn`.
+    pub async fn shutdown(&self, flush: bool, timeout: Duration) {
+        if flush && !self.cancel.is_cancelled() {
+            match tokio::time::timeout(timeout, self.freeze_and_flush()).await {
+                Ok(Ok(lsn)) => info!("flushed up to {lsn} on shutdown"),
+                Ok(Err(e)) => warn!("flush on shutdown failed: {e:#}"),
+                Err(_) => warn!("flush on shutdown did not finish within {timeout:?}"),
+            }
+        }
+        self.cancel.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,66 @@
+//! The timeline's read side: waiting for an LSN, and the vectored get.
+//!
+//! Readers snapshot the layer list (Arcs) under the `layers` lock and read
+//! without it; a frozen layer being flushed stays readable until dropped.
+//! Reads never take the writer lock.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use pageserver_api::key::Key;
+use tokio_util::sync::CancellationToken;
+use utils::lsn::Lsn;
+use utils::seqwait::SeqWaitError;
+
+use super::super::{vectored_read, GetVectoredError, PageReconstructError, ReadKind, WaitLsnError};
+use super::Timeline;
+use crate::metrics::storage as metrics;
+
+impl Timeline {
+    pub async fn wait_lsn(&self, lsn: Lsn, cancel: &CancellationToken) -> Result<(), WaitLsnError> {
+        let res = tokio::select! {
+            r = self.last_record_lsn.wait_for(lsn, self.conf.wait_lsn_timeout, cancel) => r,
+            _ = self.cancel.cancelled() => Err(SeqWaitError::Cancelled),
+        };
+        match res {
+            Ok(_) => Ok(()),
+            Err(SeqWaitError::Cancelled) => Err(WaitLsnError::Shutdown),
+            Err(e @ SeqWaitError::Timeout { .. }) => Err(WaitLsnError::Timeout(e.to_string())),
+        }
+    }
+
+    /// One vectored read of (key, LSN) queries; see `vectored_read`.
+    pub async fn get_vectored(
+        &self,
+        queries: &[(Key, Lsn)],
+        kind: ReadKind,
+    ) -> Result<Vec<Result<Bytes, PageReconstructError>>, GetVectoredError> {
+        let started = Instant::now();
+        if queries.len() > self.conf.max_get_vectored_keys {
+            return Err(GetVectoredError::TooManyKeys {
+                n: queries.len(),
+                max: self.conf.max_get_vectored_keys,
+            });
+        }
+        if self.cancel.is_cancelled() {
+            return Err(GetVectoredError::Cancelled);
+        }
+        let layers = self.layers.read().unwrap().newest_first();
+        let (results, stats) = vectored_read::read(&layers, queries).await;
+        metrics::record_vectored_read(
+            kind as usize,
+            kind.label(),
+            started.elapsed(),
+            stats.chunks,
+            stats.bytes,
+        );
+        Ok(results)
+    }
+
+    pub async fn get(&self, key: Key, lsn: Lsn) -> Result<Bytes, PageReconstructError> {
+        match self.get_vectored(&[(key, lsn)], ReadKind::HttpRequest).await {
+            Ok(mut v) => v.pop().expect("one result per query"),
+            Err(e) => Err(PageReconstructError::Other(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Start-up against the manifest: missing, resized, unlisted and corrupt
+//! layer files, on real files.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pageserver_api::key::Key;
+use tokio_util::sync::CancellationToken;
+use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
+
+use super::super::mgr::TenantManager;
+use super::super::value::image;
+use super::super::StorageConf;
+
+/// A timeline with two L0 files (values at 0x18 and 0x28), shut down.
+/// Returns the workdir, ids, and the L0 paths oldest first.
+async fn two_layers() -> (tempfile::TempDir, TenantId, TimelineId, Vec<PathBuf>) {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
+    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 15).await.unwrap();
+    for (lsn, v) in [(0x18, b"old"), (0x28, b"new")] {
+        let mut w = tl.writer().await;
+        w.put(Key::MIN, Lsn(lsn), &image(v)).await.unwrap();
+        w.finish_write(Lsn(lsn));
+        drop(w);
+        tl.freeze_and_flush().await.unwrap();
+    }
+    let paths: Vec<PathBuf> =
+        tl.layers.read().unwrap().l0_layers().iter().map(|l| l.path.clone()).collect();
+    assert_eq!(paths.len(), 2);
+    let ids = (t.id(), tl.timeline_id);
+    mgr.shutdown().await;
+    (dir, ids.0, ids.1, paths)
+}
+
+async fn load_error(dir: &tempfile::TempDir) -> String {
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    match TenantManager::load(conf, CancellationToken::new()).await {
+        Ok(_) => panic!("start-up accepted a damaged timeline"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[tokio::test]
+async fn intact_layers_load_and_serve_the_newest_value() {
+    let (dir, t, tl, _) = two_layers().await;
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let tl = mgr.get_timeline(t, tl).unwrap();
+    assert_eq!(&tl.get(Key::MIN, Lsn(0x28)).await.unwrap()[..], b"new");
+    assert_eq!(&tl.get(Key::MIN, Lsn(0x20)).await.unwrap()[..], b"old");
+}
+
+#[tokio::test]
+async fn deleted_newest_layer_is_an_error_naming_it() {
+    let (dir, _, _, paths) = two_layers().await;
+    std::fs::remove_file(&paths[1]).unwrap();
+    let err = load_error(&dir).await;
+    let name = paths[1].file_name().unwrap().to_str().unwrap();
+    assert!(err.contains(name) && err.contains("missing"), "{err}");
+}
+
+#[tokio::test]
+async fn deleted_only_layer_is_an_error_naming_it() {
+    let (dir, _, _, paths) = two_layers().await;
+    std::fs::remove_file(&paths[0]).unwrap();
+    std::fs::remove_file(&paths[1]).unwrap();
+    let err = load_error(&dir).await;
+    let name = paths[0].file_name().unwrap().to_str().unwrap();
+    assert!(err.contains(name) && err.contains("missing"), "{err}");
+}
+
+#[tokio::test]
+async fn resized_layer_is_an_error_naming_it() {
+    let (dir, _, _, paths) = two_layers().await;
+    let f = std::fs::OpenOptions::new().append(true).open(&paths[0]).unwrap();
+    f.set_len(f.metadata().unwrap().len() + 512).unwrap();
+    let err = load_error(&dir).await;
+    let name = paths[0].file_name().unwrap().to_str().unwrap();
+    assert!(err.contains(name) && err.contains("the manifest says"), "{err}");
+}
+
+#[tokio::test]
+async fn unlisted_layer_is_removed_as_a_leftover() {
+    let (dir, t, tl, paths) = two_layers().await;
+    // A flush that renamed its L0 but crashed before the manifest update.
+    let stray = paths[1].with_file_name(
+        "000000000000000000000000000000000000-FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF__0000000000000029-0000000000000030",
+    );
+    std::fs::copy(&paths[1], &stray).unwrap();
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    assert!(!stray.exists(), "an unlisted layer is not trusted");
+    let tl = mgr.get_timeline(t, tl).unwrap();
+    assert_eq!(&tl.get(Key::MIN, Lsn(0x28)).await.unwrap()[..], b"new");
+}

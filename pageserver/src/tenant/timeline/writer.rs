@@ -1,0 +1,151 @@
+//! `TimelineWriter`: the single ingest handle of a timeline.
+//!
+//! Contract: a writer (a guard of the async `writer` mutex, so one at a time)
+//! puts values at LSNs above `last_record_lsn`, then calls
+//! `finish_write(lsn)` once all values of `lsn` are in; only then do readers
+//! see them and may a freeze happen, so layers always end at an LSN boundary.
+//! Ingest waits (backpressure) while `MAX_FROZEN_LAYERS` layers are frozen
+//! and unflushed, or in-memory bytes exceed twice the global budget.
+
+use std::ops::Range;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use pageserver_api::key::Key;
+use tracing::info;
+use utils::lsn::Lsn;
+
+use super::super::storage_layer::inmemory_layer::InMemoryLayer;
+use super::super::storage_layer::MAX_BLOB_LEN;
+use super::super::value::Value;
+use super::Timeline;
+use crate::metrics::storage as metrics;
+
+/// Ingest waits while this many layers are frozen but not yet flushed.
+pub const MAX_FROZEN_LAYERS: usize = 4;
+
+#[derive(Default)]
+pub(super) struct WriterState {
+    buf: Vec<u8>,
+    entries: Vec<(Key, Lsn, Range<usize>, bool)>,
+    /// Highest LSN put since the last `finish_write`.
+    pub(super) unfinished_lsn: Option<Lsn>,
+}
+
+/// Exclusive ingest handle; see the module comment.
+pub struct TimelineWriter<'a> {
+    pub(super) tl: &'a Timeline,
+    pub(super) state: tokio::sync::MutexGuard<'a, WriterState>,
+}
+
+impl TimelineWriter<'_> {
+    pub async fn put(&mut self, key: Key, lsn: Lsn, value: &Value) -> anyhow::Result<()> {
+        self.put_batch(std::slice::from_ref(&(key, lsn, value.clone()))).await
+    }
+
+    /// Append values (any keys, LSNs above `last_record_lsn`) to the open layer.
+    pub async fn put_batch(&mut self, batch: &[(Key, Lsn, Value)]) -> anyhow::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.wait_for_flush_capacity().await?;
+        let tl = self.tl;
+        let last = tl.get_last_record_lsn();
+        let st = &mut *self.state;
+        st.buf.clear();
+        st.entries.clear();
+        let mut max_lsn = Lsn(0);
+        for (key, lsn, value) in batch {
+            if *lsn <= last {
+                bail!("write of key {key} at {lsn}, at or below last_record_lsn {last}");
+            }
+            if !key.is_compactable() {
+                bail!("key {key} is outside the supported key space");
+            }
+            let start = st.buf.len();
+            value.serialize_into(&mut st.buf);
+            if st.buf.len() - start > MAX_BLOB_LEN {
+                bail!(
+                    "value of key {key} at {lsn} is {} bytes, above the limit",
+                    st.buf.len() - start
+                );
+            }
+            st.entries.push((*key, *lsn, start..st.buf.len(), value.will_init()));
+            max_lsn = max_lsn.max(*lsn);
+        }
+        let open = tl.layers.read().unwrap().open_layer().cloned();
+        let layer = match open {
+            Some(l) => l,
+            None => {
+                // Only the writer (us) opens layers, and freezes happen with
+                // the writer lock held: the map cannot change in between.
+                let start = tl.layers.read().unwrap().next_layer_start();
+                debug_assert!(start <= last + 1);
+                let seq = tl.ephemeral_seq.fetch_add(1, Ordering::Relaxed);
+                let l =
+                    Arc::new(InMemoryLayer::create(&tl.conf.io_engine, &tl.dir, seq, start).await?);
+                tl.layers.write().unwrap().set_open(l.clone());
+                l
+            }
+        };
+        st.unfinished_lsn = Some(st.unfinished_lsn.map_or(max_lsn, |u| u.max(max_lsn)));
+        layer.put_serialized(&st.buf, &st.entries).await?;
+        tl.globals.in_memory_bytes.fetch_add(st.buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Everything at or below `lsn` is ingested: publish it to readers and
+    /// freeze the open layer if it is big enough or the budget is exceeded.
+    pub fn finish_write(&mut self, lsn: Lsn) {
+        let tl = self.tl;
+        if let Some(u) = self.state.unfinished_lsn {
+            assert!(u <= lsn, "finish_write({lsn}) below a written LSN {u}");
+        }
+        self.state.unfinished_lsn = None;
+        if lsn <= tl.get_last_record_lsn() {
+            return;
+        }
+        tl.last_record_lsn.advance(lsn);
+        let open_size = tl.layers.read().unwrap().open_layer().map_or(0, |l| l.size());
+        let over_budget =
+            tl.globals.in_memory_bytes.load(Ordering::Relaxed) > tl.conf.in_memory_layers_budget;
+        if open_size >= tl.conf.checkpoint_distance || (over_budget && open_size > 0) {
+            tl.freeze(lsn + 1);
+        }
+    }
+
+    /// Backpressure: wait while too much is frozen and not yet flushed.
+    async fn wait_for_flush_capacity(&self) -> anyhow::Result<()> {
+        let tl = self.tl;
+        let mut rx = tl.flush_state.subscribe();
+        loop {
+            let frozen = tl.layers.read().unwrap().frozen_count();
+            let bytes = tl.globals.in_memory_bytes.load(Ordering::Relaxed);
+            if frozen < MAX_FROZEN_LAYERS
+                && bytes <= tl.conf.in_memory_layers_budget.saturating_mul(2)
+            {
+                return Ok(());
+            }
+            if frozen == 0 {
+                return Ok(()); // over budget because of other timelines: our freeze can't help here
+            }
+            metrics::record_backpressure();
+            tokio::select! {
+                r = rx.changed() => r.context("timeline is gone")?,
+                _ = tl.cancel.cancelled() => bail!("timeline is shutting down"),
+            }
+        }
+    }
+}
+
+impl Drop for TimelineWriter<'_> {
+    fn drop(&mut self) {
+        // This happens when a write fails part way (its caller reports the
+        // error) or a timeline being created is abandoned: not an error here.
+        if let Some(u) = self.state.unfinished_lsn {
+            info!("timeline writer dropped with LSN {u} unfinished; freezes wait until it is finished");
+        }
+    }
+}
