@@ -13,6 +13,9 @@
 //! Engines:
 //! - `std-fs`: positional `pread`/`pwrite`/`fsync` executed inline on the
 //!   calling thread (page-cache hits cost ~1 µs; no thread hop as in tokio::fs).
+//! - simulated (`sim` feature, tests only, [`IoEngine::simulated`]): an
+//!   in-memory file system that drops or tears unsynced data on a simulated
+//!   crash (`sim.rs`).
 //!
 //! Failpoints (`testing` feature of `utils`): every operation checks one named
 //! `io::<op>::err` before it runs (`io::open::err`, `io::read::err`,
@@ -33,6 +36,8 @@
 
 mod aligned_buf;
 mod buf_pool;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod std_fs;
 
 use std::ffi::OsString;
@@ -102,6 +107,26 @@ impl DirEntry {
 pub struct IoEngine {
     kind: IoEngineKind,
     open_files: Arc<OpenFiles>,
+    /// Set for the simulated engine: every operation goes there instead.
+    #[cfg(feature = "sim")]
+    sim: Option<Arc<sim::SimFs>>,
+}
+
+/// Dispatch one namespace operation: to the simulated file system when the
+/// engine is simulated, else to `$std`.
+macro_rules! dispatch {
+    ($self:ident, |$fs:ident| $sim:expr, $std:expr) => {{
+        #[cfg(feature = "sim")]
+        if let Some($fs) = &$self.sim {
+            $sim
+        } else {
+            $std
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            $std
+        }
+    }};
 }
 
 /// The open-file bound shared by all clones of an engine.
@@ -143,7 +168,20 @@ impl IoEngine {
     pub fn with_max_open_files(kind: IoEngineKind, max_open_files: usize) -> io::Result<Self> {
         assert!(max_open_files > 0, "max_open_files must be positive");
         let open_files = Arc::new(OpenFiles { max: max_open_files, current: AtomicUsize::new(0) });
-        Ok(IoEngine { kind, open_files })
+        Ok(IoEngine {
+            kind,
+            open_files,
+            #[cfg(feature = "sim")]
+            sim: None,
+        })
+    }
+
+    /// An engine over a simulated file system (tests: see `sim.rs`).
+    #[cfg(feature = "sim")]
+    pub fn simulated(fs: Arc<sim::SimFs>) -> Self {
+        let mut e = Self::new(IoEngineKind::StdFs).expect("infallible");
+        e.sim = Some(fs);
+        e
     }
 
     pub fn kind(&self) -> IoEngineKind {
@@ -174,9 +212,11 @@ impl IoEngine {
     pub async fn open(&self, path: &Path, mode: OpenMode) -> io::Result<File> {
         fail("open", path)?;
         let slot = self.take_open_slot(path)?;
-        let inner = match self.kind {
-            IoEngineKind::StdFs => FileInner::Std(std_fs::StdFile::open(path, mode)?),
-        };
+        let inner = dispatch!(
+            self,
+            |fs| FileInner::Sim(fs.open(path, mode)?),
+            FileInner::Std(std_fs::StdFile::open(path, mode)?)
+        );
         Ok(File { inner, path: path.to_path_buf(), _slot: slot })
     }
 
@@ -184,25 +224,26 @@ impl IoEngine {
     /// fsync the parent with [`Self::fsync_dir`]).
     pub async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         fail("create_dir", path)?;
-        std::fs::create_dir_all(path).map_err(named("create directory", path))
+        dispatch!(self, |fs| fs.create_dir_all(path), std::fs::create_dir_all(path))
+            .map_err(named("create directory", path))
     }
 
     /// The entries of a directory, sorted by name.
     pub async fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
         fail("read_dir", path)?;
-        std_fs::read_dir(path).map_err(named("list", path))
+        dispatch!(self, |fs| fs.read_dir(path), std_fs::read_dir(path)).map_err(named("list", path))
     }
 
     /// Whether `path` exists (a file or a directory).
     pub async fn exists(&self, path: &Path) -> io::Result<bool> {
-        path.try_exists().map_err(named("stat", path))
+        dispatch!(self, |fs| fs.exists(path), path.try_exists()).map_err(named("stat", path))
     }
 
     /// Rename `from` to `to`, replacing `to` if it is a file. Durable only
     /// after an fsync of the directory (both directories, if they differ).
     pub async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fail("rename", from)?;
-        std::fs::rename(from, to).map_err(|e| {
+        dispatch!(self, |fs| fs.rename(from, to), std::fs::rename(from, to)).map_err(|e| {
             io::Error::new(e.kind(), format!("rename {} to {}: {e}", from.display(), to.display()))
         })
     }
@@ -210,13 +251,15 @@ impl IoEngine {
     /// Remove a file. Durable only after an fsync of its directory.
     pub async fn remove_file(&self, path: &Path) -> io::Result<()> {
         fail("remove", path)?;
-        std::fs::remove_file(path).map_err(named("remove", path))
+        dispatch!(self, |fs| fs.remove(path, false), std::fs::remove_file(path))
+            .map_err(named("remove", path))
     }
 
     /// Remove a directory and everything in it.
     pub async fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         fail("remove", path)?;
-        std::fs::remove_dir_all(path).map_err(named("remove directory", path))
+        dispatch!(self, |fs| fs.remove(path, true), std::fs::remove_dir_all(path))
+            .map_err(named("remove directory", path))
     }
 
     /// Remove a file or directory tree (if present) from a destructor,
@@ -226,6 +269,17 @@ impl IoEngine {
     /// use this only for files that start-up removes anyway (temp and
     /// ephemeral files, abandoned temp directories).
     pub fn remove_from_drop(&self, path: &Path) {
+        #[cfg(feature = "sim")]
+        if let Some(fs) = &self.sim {
+            let res = fail("remove", path).and_then(|_| match fs.exists(path) {
+                Ok(true) => fs.remove(path, true),
+                other => other.map(|_| ()),
+            });
+            if let Err(e) = res {
+                tracing::warn!("could not remove {}: {e}", path.display());
+            }
+            return;
+        }
         let res = fail("remove", path).and_then(|_| match std::fs::symlink_metadata(path) {
             Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
             Ok(_) => std::fs::remove_file(path),
@@ -240,7 +294,11 @@ impl IoEngine {
     /// fsync a directory, making renames, creations and removals in it durable.
     pub async fn fsync_dir(&self, path: &Path) -> io::Result<()> {
         fail("fsync_dir", path)?;
-        std_fs::fsync_dir(path)
+        dispatch!(
+            self,
+            |fs| fs.fsync_dir(path).map_err(named("fsync directory", path)),
+            std_fs::fsync_dir(path)
+        )
     }
 
     /// Read a whole file of at most `max_len` bytes (a longer file is an
@@ -321,15 +379,30 @@ impl TempFile {
 
     /// fsync, rename into place, fsync the directory, with a failpoint
     /// before each step and after the last (see `with_failpoints`).
-    pub async fn commit(mut self) -> io::Result<File> {
+    pub async fn commit(self) -> io::Result<File> {
+        self.finish(true).await
+    }
+
+    /// Like `commit` without the directory fsync: the rename becomes
+    /// durable only when the caller fsyncs the directory, which it must do
+    /// before relying on the file (the flush does it with its manifest
+    /// update in the same directory; a crash before that leaves a file the
+    /// manifest does not list, which start-up removes).
+    pub async fn commit_deferring_dir_sync(self) -> io::Result<File> {
+        self.finish(false).await
+    }
+
+    async fn finish(mut self, sync_dir: bool) -> io::Result<File> {
         let mut file = self.file.take().expect("commit once");
         let fp = self.failpoint_prefix;
         checkpoint(&format!("{fp}::before-fsync"), &self.tmp)?;
         file.sync_all().await?;
         checkpoint(&format!("{fp}::before-rename"), &self.tmp)?;
         self.engine.rename(&self.tmp, &self.path).await?;
-        let dir = self.path.parent().expect("file has a parent directory");
-        self.engine.fsync_dir(dir).await?;
+        if sync_dir {
+            let dir = self.path.parent().expect("file has a parent directory");
+            self.engine.fsync_dir(dir).await?;
+        }
         checkpoint(&format!("{fp}::after-rename"), &self.path)?;
         file.path = self.path.clone();
         Ok(file)
@@ -355,6 +428,8 @@ pub const TEMP_SUFFIX: &str = ".___temp";
 
 enum FileInner {
     Std(std_fs::StdFile),
+    #[cfg(feature = "sim")]
+    Sim(sim::SimFile),
 }
 
 /// An open file. Reads and writes are positional; the file has no cursor, so
@@ -386,6 +461,10 @@ impl File {
         }
         let res = match &self.inner {
             FileInner::Std(f) => f.read_exact_at(&mut buf.spare_full_mut()[..len], offset),
+            #[cfg(feature = "sim")]
+            FileInner::Sim(f) => {
+                f.read_exact_at(&self.path, &mut buf.spare_full_mut()[..len], offset)
+            }
         };
         buf.set_len(if res.is_ok() { len } else { 0 });
         (buf, res)
@@ -398,6 +477,8 @@ impl File {
         }
         let res = match &self.inner {
             FileInner::Std(f) => f.write_all_at(&buf, offset),
+            #[cfg(feature = "sim")]
+            FileInner::Sim(f) => f.write_all_at(&self.path, &buf, offset),
         };
         (buf, res.map_err(named("write", &self.path)))
     }
@@ -406,6 +487,8 @@ impl File {
         fail("fsync", &self.path)?;
         match &self.inner {
             FileInner::Std(f) => f.sync_all(),
+            #[cfg(feature = "sim")]
+            FileInner::Sim(f) => f.sync_all(&self.path),
         }
         .map_err(named("fsync", &self.path))
     }
@@ -413,6 +496,8 @@ impl File {
     pub async fn len(&self) -> io::Result<u64> {
         match &self.inner {
             FileInner::Std(f) => f.len(),
+            #[cfg(feature = "sim")]
+            FileInner::Sim(f) => f.len(&self.path),
         }
     }
 
@@ -420,6 +505,8 @@ impl File {
         fail("set_len", &self.path)?;
         match &self.inner {
             FileInner::Std(f) => f.set_len(len),
+            #[cfg(feature = "sim")]
+            FileInner::Sim(f) => f.set_len(&self.path, len),
         }
         .map_err(named("set_len", &self.path))
     }

@@ -20,6 +20,9 @@ use super::mgr::TenantManager;
 use super::value::{Record, Value};
 use super::{PageReconstructError, ReadKind, StorageConf, Timeline};
 
+#[cfg(feature = "testing")]
+mod sim_crash;
+
 type Oracle = BTreeMap<Key, Vec<(Lsn, Value)>>;
 
 fn expected(oracle: &Oracle, key: Key, lsn: Lsn) -> Option<Vec<u8>> {

@@ -13,8 +13,11 @@
 //! checked when the layer is loaded. A file that fails any check is an error
 //! naming the file, never silently used.
 //!
-//! Writing is crash safe: write `<name>.___temp`, fsync, rename, fsync the
-//! directory. A layer file is immutable once renamed into place.
+//! Writing is crash safe: write `<name>.___temp`, fsync, rename; the
+//! directory fsync that makes the rename durable is the one of the manifest
+//! update that follows in the same directory (until then the manifest does
+//! not list the file, and start-up removes it). A layer file is immutable
+//! once renamed into place.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -178,7 +181,8 @@ impl DeltaLayer {
             entry_count: index.len() as u64,
         };
         write_at(&file, AlignedBuf::from_slice(&header.encode()), 0).await?;
-        let file = temp.commit().await.context("write layer file")?;
+        // The directory fsync comes with the manifest update (same directory).
+        let file = temp.commit_deferring_dir_sync().await.context("write layer file")?;
         let file_size = file.len().await?;
         let key_index = KeyIndex::build(&index);
         Ok(DeltaLayer { name, path, file_size, file, index, key_index })

@@ -1,0 +1,158 @@
+use std::collections::HashSet;
+use std::path::Path;
+
+use super::*;
+use crate::{AlignedBuf, IoEngine};
+
+fn p(s: &str) -> PathBuf {
+    PathBuf::from(s)
+}
+
+async fn write(e: &IoEngine, path: &Path, data: &[u8], sync: bool) {
+    let f = e.open(path, OpenMode { write: true, create: true, ..OpenMode::READ }).await.unwrap();
+    let (_, r) = f.write_all_at(AlignedBuf::from_slice(data), 0).await;
+    r.unwrap();
+    if sync {
+        f.sync_all().await.unwrap();
+    }
+}
+
+async fn read(e: &IoEngine, path: &Path) -> Option<Vec<u8>> {
+    match e.read_file(path, 1 << 20).await {
+        Ok(b) => Some(b),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+        Err(err) => panic!("{err}"),
+    }
+}
+
+#[tokio::test]
+async fn synced_data_and_fsynced_entries_survive_every_crash() {
+    for seed in 0..50 {
+        let fs = SimFs::new(seed);
+        let e = IoEngine::simulated(fs.clone());
+        e.create_dir_all(&p("/d")).await.unwrap();
+        e.fsync_dir(&p("/")).await.unwrap();
+        write(&e, &p("/d/f"), b"durable", true).await;
+        e.fsync_dir(&p("/d")).await.unwrap();
+        fs.crash();
+        assert_eq!(read(&e, &p("/d/f")).await.as_deref(), Some(&b"durable"[..]), "seed {seed}");
+    }
+}
+
+#[tokio::test]
+async fn unsynced_writes_are_kept_dropped_or_torn_at_sector_boundaries() {
+    let data: Vec<u8> = (0..4 * SECTOR).map(|i| (i % 251) as u8 + 1).collect();
+    let mut outcomes = HashSet::new();
+    for seed in 0..200 {
+        let fs = SimFs::new(seed);
+        let e = IoEngine::simulated(fs.clone());
+        write(&e, &p("/f"), b"", true).await; // an empty, durable file
+        e.fsync_dir(&p("/")).await.unwrap();
+        let f = e.open(&p("/f"), OpenMode::READ_WRITE).await.unwrap();
+        let (_, r) = f.write_all_at(AlignedBuf::from_slice(&data), 0).await;
+        r.unwrap();
+        fs.crash();
+        let got = read(&e, &p("/f")).await.expect("the entry was fsynced");
+        assert!(
+            got.len() % SECTOR == 0 && got[..] == data[..got.len()],
+            "seed {seed}: {} bytes",
+            got.len()
+        );
+        outcomes.insert(got.len());
+        // The handle opened before the crash is stale.
+        let (_, r) = f.read_exact_at(AlignedBuf::with_capacity(1), 0, 1).await;
+        assert!(r.unwrap_err().to_string().contains("stale"));
+    }
+    assert!(outcomes.contains(&0) && outcomes.contains(&data.len()), "{outcomes:?}");
+    assert!(outcomes.len() > 2, "some writes were torn: {outcomes:?}");
+}
+
+#[tokio::test]
+async fn a_rename_survives_only_after_the_directory_fsync() {
+    let (mut undone, mut kept) = (0, 0);
+    for seed in 0..100 {
+        let fs = SimFs::new(seed);
+        let e = IoEngine::simulated(fs.clone());
+        write(&e, &p("/a"), b"x", true).await;
+        e.fsync_dir(&p("/")).await.unwrap();
+        e.rename(&p("/a"), &p("/b")).await.unwrap();
+        fs.crash();
+        match (read(&e, &p("/a")).await, read(&e, &p("/b")).await) {
+            (Some(_), None) => undone += 1,
+            (None, Some(_)) => kept += 1,
+            other => panic!("seed {seed}: {other:?}"),
+        }
+        e.rename(&p(if read(&e, &p("/a")).await.is_some() { "/a" } else { "/b" }), &p("/c"))
+            .await
+            .unwrap();
+        e.fsync_dir(&p("/")).await.unwrap();
+        fs.crash();
+        assert!(read(&e, &p("/c")).await.is_some(), "seed {seed}");
+    }
+    assert!(undone > 0 && kept > 0, "undone {undone}, kept {kept}");
+}
+
+#[tokio::test]
+async fn a_new_file_in_an_unsynced_directory_may_vanish() {
+    let mut vanished = 0;
+    for seed in 0..50 {
+        let fs = SimFs::new(seed);
+        let e = IoEngine::simulated(fs.clone());
+        write(&e, &p("/f"), b"data", true).await; // file synced, directory not
+        fs.crash();
+        if read(&e, &p("/f")).await.is_none() {
+            vanished += 1;
+        }
+    }
+    assert!(vanished > 0);
+}
+
+#[tokio::test]
+async fn power_off_fails_every_later_operation_until_the_crash() {
+    let fs = SimFs::new(1);
+    let e = IoEngine::simulated(fs.clone());
+    fs.power_off_after(2);
+    e.create_dir_all(&p("/d")).await.unwrap();
+    e.fsync_dir(&p("/")).await.unwrap();
+    let err = e.create_dir_all(&p("/e")).await.unwrap_err();
+    assert!(err.to_string().contains("simulated power loss"), "{err}");
+    assert!(fs.is_powered_off());
+    assert!(e.exists(&p("/d")).await.is_err());
+    fs.crash();
+    assert!(e.exists(&p("/d")).await.unwrap());
+    assert!(!e.exists(&p("/e")).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_skipped_fsync_loses_the_write() {
+    let mut lost = 0;
+    for seed in 0..50 {
+        let fs = SimFs::new(seed);
+        fs.skip_sync_matching(|path| path == Path::new("/f"));
+        let e = IoEngine::simulated(fs.clone());
+        write(&e, &p("/f"), b"", true).await;
+        e.fsync_dir(&p("/")).await.unwrap();
+        write(&e, &p("/f"), b"acknowledged", true).await;
+        fs.crash();
+        if read(&e, &p("/f")).await.as_deref() != Some(&b"acknowledged"[..]) {
+            lost += 1;
+        }
+    }
+    assert!(lost > 0);
+}
+
+#[tokio::test]
+async fn namespace_operations_and_listing() {
+    let e = IoEngine::simulated(SimFs::new(7));
+    e.create_dir_all(&p("/t/a.___temp/timelines")).await.unwrap();
+    write(&e, &p("/t/a.___temp/timelines/x"), b"1", false).await;
+    e.rename(&p("/t/a.___temp"), &p("/t/a")).await.unwrap();
+    let names: Vec<_> =
+        e.read_dir(&p("/t")).await.unwrap().into_iter().map(|d| d.name_lossy()).collect();
+    assert_eq!(names, ["a"]);
+    assert_eq!(read(&e, &p("/t/a/timelines/x")).await.as_deref(), Some(&b"1"[..]));
+    assert!(e.open(&p("/t/a/timelines/x"), OpenMode::CREATE_NEW).await.is_err());
+    assert_eq!(e.remove_file(&p("/nope")).await.unwrap_err().kind(), io::ErrorKind::NotFound);
+    e.remove_dir_all(&p("/t/a")).await.unwrap();
+    assert!(e.read_dir(&p("/t")).await.unwrap().is_empty());
+}
