@@ -146,13 +146,13 @@ impl Drop for OpenFileSlot {
     }
 }
 
-/// Check the failpoint `io::<op>::err`; an error names it and the path.
-fn fail(op: &str, path: &Path) -> io::Result<()> {
+/// Check the failpoint `name` (`io::<op>::err`); an error names it and the path.
+fn fail(name: &'static str, path: &Path) -> io::Result<()> {
     if !utils::failpoint::ENABLED {
         return Ok(());
     }
-    utils::failpoint::failpoint(&format!("io::{op}::err"))
-        .map_err(|e| io::Error::other(format!("{op} {}: {e}", path.display())))
+    utils::failpoint::failpoint(name)
+        .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
 }
 
 /// An error that names the operation and the path.
@@ -210,7 +210,7 @@ impl IoEngine {
     }
 
     pub async fn open(&self, path: &Path, mode: OpenMode) -> io::Result<File> {
-        fail("open", path)?;
+        fail("io::open::err", path)?;
         let slot = self.take_open_slot(path)?;
         let inner = dispatch!(
             self,
@@ -223,14 +223,14 @@ impl IoEngine {
     /// Create a directory and its missing parents (not durable by itself:
     /// fsync the parent with [`Self::fsync_dir`]).
     pub async fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        fail("create_dir", path)?;
+        fail("io::create_dir::err", path)?;
         dispatch!(self, |fs| fs.create_dir_all(path), std::fs::create_dir_all(path))
             .map_err(named("create directory", path))
     }
 
     /// The entries of a directory, sorted by name.
     pub async fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        fail("read_dir", path)?;
+        fail("io::read_dir::err", path)?;
         dispatch!(self, |fs| fs.read_dir(path), std_fs::read_dir(path)).map_err(named("list", path))
     }
 
@@ -242,7 +242,7 @@ impl IoEngine {
     /// Rename `from` to `to`, replacing `to` if it is a file. Durable only
     /// after an fsync of the directory (both directories, if they differ).
     pub async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        fail("rename", from)?;
+        fail("io::rename::err", from)?;
         dispatch!(self, |fs| fs.rename(from, to), std::fs::rename(from, to)).map_err(|e| {
             io::Error::new(e.kind(), format!("rename {} to {}: {e}", from.display(), to.display()))
         })
@@ -250,14 +250,14 @@ impl IoEngine {
 
     /// Remove a file. Durable only after an fsync of its directory.
     pub async fn remove_file(&self, path: &Path) -> io::Result<()> {
-        fail("remove", path)?;
+        fail("io::remove::err", path)?;
         dispatch!(self, |fs| fs.remove(path, false), std::fs::remove_file(path))
             .map_err(named("remove", path))
     }
 
     /// Remove a directory and everything in it.
     pub async fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        fail("remove", path)?;
+        fail("io::remove::err", path)?;
         dispatch!(self, |fs| fs.remove(path, true), std::fs::remove_dir_all(path))
             .map_err(named("remove directory", path))
     }
@@ -271,7 +271,7 @@ impl IoEngine {
     pub fn remove_from_drop(&self, path: &Path) {
         #[cfg(feature = "sim")]
         if let Some(fs) = &self.sim {
-            let res = fail("remove", path).and_then(|_| match fs.exists(path) {
+            let res = fail("io::remove::err", path).and_then(|_| match fs.exists(path) {
                 Ok(true) => fs.remove(path, true),
                 other => other.map(|_| ()),
             });
@@ -280,12 +280,13 @@ impl IoEngine {
             }
             return;
         }
-        let res = fail("remove", path).and_then(|_| match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-            Ok(_) => std::fs::remove_file(path),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        });
+        let res =
+            fail("io::remove::err", path).and_then(|_| match std::fs::symlink_metadata(path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+                Ok(_) => std::fs::remove_file(path),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            });
         if let Err(e) = res {
             tracing::warn!("could not remove {}: {e}", path.display());
         }
@@ -293,7 +294,7 @@ impl IoEngine {
 
     /// fsync a directory, making renames, creations and removals in it durable.
     pub async fn fsync_dir(&self, path: &Path) -> io::Result<()> {
-        fail("fsync_dir", path)?;
+        fail("io::fsync_dir::err", path)?;
         dispatch!(
             self,
             |fs| fs.fsync_dir(path).map_err(named("fsync directory", path)),
@@ -455,7 +456,7 @@ impl File {
         len: usize,
     ) -> (AlignedBuf, io::Result<()>) {
         assert!(len <= buf.capacity(), "read of {len} bytes into a {} byte buffer", buf.capacity());
-        if let Err(e) = fail("read", &self.path) {
+        if let Err(e) = fail("io::read::err", &self.path) {
             buf.set_len(0);
             return (buf, Err(e));
         }
@@ -472,7 +473,7 @@ impl File {
 
     /// Write all of `buf` at `offset`.
     pub async fn write_all_at(&self, buf: AlignedBuf, offset: u64) -> (AlignedBuf, io::Result<()>) {
-        if let Err(e) = fail("write", &self.path) {
+        if let Err(e) = fail("io::write::err", &self.path) {
             return (buf, Err(e));
         }
         let res = match &self.inner {
@@ -484,7 +485,7 @@ impl File {
     }
 
     pub async fn sync_all(&self) -> io::Result<()> {
-        fail("fsync", &self.path)?;
+        fail("io::fsync::err", &self.path)?;
         match &self.inner {
             FileInner::Std(f) => f.sync_all(),
             #[cfg(feature = "sim")]
@@ -502,7 +503,7 @@ impl File {
     }
 
     pub async fn set_len(&self, len: u64) -> io::Result<()> {
-        fail("set_len", &self.path)?;
+        fail("io::set_len::err", &self.path)?;
         match &self.inner {
             FileInner::Std(f) => f.set_len(len),
             #[cfg(feature = "sim")]

@@ -49,7 +49,12 @@ impl std::str::FromStr for Action {
 mod imp {
     use super::*;
     use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Mutex, OnceLock};
+
+    /// Whether any failpoint is configured: every IO operation checks a
+    /// failpoint, so the common case (none set) must not take the lock.
+    static ANY_CONFIGURED: AtomicBool = AtomicBool::new(false);
 
     fn registry() -> &'static Mutex<HashMap<String, Action>> {
         static REG: OnceLock<Mutex<HashMap<String, Action>>> = OnceLock::new();
@@ -63,9 +68,13 @@ mod imp {
         } else {
             reg.insert(name.to_string(), action);
         }
+        ANY_CONFIGURED.store(!reg.is_empty(), Ordering::Release);
     }
 
     pub fn failpoint(name: &str) -> Result<(), FailpointError> {
+        if !ANY_CONFIGURED.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let action = registry().lock().unwrap().get(name).cloned();
         match action {
             None | Some(Action::Off) => Ok(()),

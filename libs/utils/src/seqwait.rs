@@ -1,12 +1,23 @@
 //! `SeqWait`: a monotonically advancing LSN that tasks can wait on.
 //!
-//! Invariant: the value never goes backwards (`advance` to a lower value is a
-//! bug and panics in debug builds, and is ignored in release builds).
+//! Waiters are kept in a priority queue ordered by the LSN they wait for (a
+//! `BTreeMap` keyed by (LSN, waiter id), so a waiter that leaves — timeout,
+//! cancellation, or its future dropped — is removed in O(log n)). `advance`
+//! pops and wakes exactly the waiters whose LSN is now reached; no other
+//! waiter is woken.
+//!
+//! Invariants: the value never goes backwards (`advance` to a lower value
+//! is a bug: it panics in debug builds and is ignored in release builds);
+//! every waiter in the queue waits for an LSN above the current value
+//! (checked under the same lock as `advance`, so no wake-up is lost).
 //! Waiting is bounded by a timeout and by a cancellation token.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::lsn::Lsn;
@@ -19,30 +30,63 @@ pub enum SeqWaitError {
     Cancelled,
 }
 
+struct Queue {
+    /// (wanted LSN, waiter id) -> the waiter's wake-up.
+    waiters: BTreeMap<(Lsn, u64), oneshot::Sender<Lsn>>,
+    next_id: u64,
+}
+
 pub struct SeqWait {
-    tx: watch::Sender<Lsn>,
+    /// The current value; written only under `queue`'s lock, read without it.
+    current: AtomicU64,
+    queue: Mutex<Queue>,
+}
+
+/// Removes its waiter from the queue when the wait ends in any way.
+struct Registration<'a> {
+    sw: &'a SeqWait,
+    key: (Lsn, u64),
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.sw.queue.lock().unwrap().waiters.remove(&self.key);
+    }
 }
 
 impl SeqWait {
     pub fn new(initial: Lsn) -> Self {
-        SeqWait { tx: watch::Sender::new(initial) }
+        SeqWait {
+            current: AtomicU64::new(initial.0),
+            queue: Mutex::new(Queue { waiters: BTreeMap::new(), next_id: 0 }),
+        }
     }
 
     pub fn load(&self) -> Lsn {
-        *self.tx.borrow()
+        Lsn(self.current.load(Ordering::Acquire))
     }
 
-    /// Move the value forward and wake every waiter whose target is reached.
+    /// Waiters currently queued (for tests and metrics).
+    pub fn waiter_count(&self) -> usize {
+        self.queue.lock().unwrap().waiters.len()
+    }
+
+    /// Move the value forward and wake exactly the waiters whose LSN is
+    /// now reached.
     pub fn advance(&self, to: Lsn) {
-        self.tx.send_if_modified(|cur| {
-            debug_assert!(to >= *cur, "SeqWait moved backwards: {cur} -> {to}");
-            if to > *cur {
-                *cur = to;
-                true
-            } else {
-                false
+        let mut q = self.queue.lock().unwrap();
+        let cur = self.load();
+        debug_assert!(to >= cur, "SeqWait moved backwards: {cur} -> {to}");
+        if to <= cur {
+            return;
+        }
+        self.current.store(to.0, Ordering::Release);
+        while let Some(entry) = q.waiters.first_entry() {
+            if entry.key().0 > to {
+                break;
             }
-        });
+            let _ = entry.remove().send(to); // a waiter that just left is fine
+        }
     }
 
     /// Wait until the value is at least `wanted`; returns the value seen.
@@ -54,14 +98,24 @@ impl SeqWait {
     ) -> Result<Lsn, SeqWaitError> {
         let cur = self.load();
         if cur >= wanted {
-            return Ok(cur); // fast path: no allocation, no timer
+            return Ok(cur); // fast path: no lock, no allocation, no timer
         }
-        let mut rx = self.tx.subscribe();
-        let wait = rx.wait_for(|v| *v >= wanted);
+        let (rx, _registration) = {
+            let mut q = self.queue.lock().unwrap();
+            let cur = self.load(); // re-check under the lock `advance` holds
+            if cur >= wanted {
+                return Ok(cur);
+            }
+            let (tx, rx) = oneshot::channel();
+            let key = (wanted, q.next_id);
+            q.next_id += 1;
+            q.waiters.insert(key, tx);
+            (rx, Registration { sw: self, key })
+        };
         tokio::select! {
-            res = tokio::time::timeout(timeout, wait) => match res {
-                Ok(Ok(v)) => Ok(*v),
-                // The sender lives as long as `self`, so the channel cannot close here.
+            res = tokio::time::timeout(timeout, rx) => match res {
+                Ok(Ok(v)) => Ok(v),
+                // The sender is dropped only by `advance` after sending.
                 Ok(Err(_)) => Err(SeqWaitError::Cancelled),
                 Err(_) => Err(SeqWaitError::Timeout { wanted, current: self.load(), timeout }),
             },
@@ -84,10 +138,41 @@ mod tests {
         let c2 = cancel.clone();
         let waiter =
             tokio::spawn(async move { sw2.wait_for(Lsn(20), Duration::from_secs(10), &c2).await });
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        while sw.waiter_count() == 0 {
+            tokio::task::yield_now().await;
+        }
         sw.advance(Lsn(15));
+        assert_eq!(sw.waiter_count(), 1, "a waiter below its LSN stays queued");
         sw.advance(Lsn(25));
         assert_eq!(waiter.await.unwrap(), Ok(Lsn(25)));
+        assert_eq!(sw.waiter_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn wakes_only_the_waiters_that_are_reached() {
+        let sw = Arc::new(SeqWait::new(Lsn(0)));
+        let cancel = CancellationToken::new();
+        let mut tasks = Vec::new();
+        for lsn in [30u64, 10, 20] {
+            let (sw, c) = (sw.clone(), cancel.clone());
+            tasks.push((
+                lsn,
+                tokio::spawn(
+                    async move { sw.wait_for(Lsn(lsn), Duration::from_secs(10), &c).await },
+                ),
+            ));
+        }
+        while sw.waiter_count() < 3 {
+            tokio::task::yield_now().await;
+        }
+        sw.advance(Lsn(20));
+        assert_eq!(sw.waiter_count(), 1, "only the waiter for 30 is left");
+        for (lsn, t) in tasks.iter_mut().filter(|(l, _)| *l <= 20) {
+            assert_eq!((&mut *t).await.unwrap(), Ok(Lsn(20)), "waiter for {lsn}");
+        }
+        assert!(!tasks[0].1.is_finished());
+        sw.advance(Lsn(30));
+        assert_eq!((&mut tasks[0].1).await.unwrap(), Ok(Lsn(30)));
     }
 
     #[tokio::test]
@@ -99,5 +184,24 @@ mod tests {
         cancel.cancel();
         let err = sw.wait_for(Lsn(2), Duration::from_secs(10), &cancel).await.unwrap_err();
         assert_eq!(err, SeqWaitError::Cancelled);
+        assert_eq!(sw.waiter_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn waiters_that_leave_do_not_leak() {
+        let sw = Arc::new(SeqWait::new(Lsn(1)));
+        let cancel = CancellationToken::new();
+        let waits = (0..1000u64).map(|i| {
+            let (sw, c) = (sw.clone(), cancel.clone());
+            async move { sw.wait_for(Lsn(100 + i), Duration::from_millis(10), &c).await }
+        });
+        for r in futures::future::join_all(waits).await {
+            assert!(matches!(r, Err(SeqWaitError::Timeout { .. })));
+        }
+        assert_eq!(sw.waiter_count(), 0);
+        // A dropped wait future leaves nothing behind either.
+        let fut = sw.wait_for(Lsn(5), Duration::from_secs(10), &cancel);
+        let _ = tokio::time::timeout(Duration::from_millis(5), fut).await;
+        assert_eq!(sw.waiter_count(), 0);
     }
 }
