@@ -36,6 +36,9 @@ pub struct ConfigToml {
     #[serde(deserialize_with = "de_size")]
     pub in_memory_layers_budget: ByteSize,
     pub io_engine: IoEngineKind,
+    /// Files the IO engine keeps open at most; default: see `max_open_files`
+    /// in `config/mod.rs`.
+    pub max_open_files: Option<usize>,
     pub log_format: LogFormat,
     pub page_service_pipelining: PageServicePipeliningConfig,
     pub pg_auth_type: AuthType,
@@ -84,6 +87,7 @@ impl Default for ConfigToml {
             max_get_vectored_keys: DEFAULT_MAX_GET_VECTORED_KEYS,
             in_memory_layers_budget: size(DEFAULT_IN_MEMORY_LAYERS_BUDGET),
             io_engine: IoEngineKind::StdFs,
+            max_open_files: None,
             log_format: LogFormat::Plain,
             page_service_pipelining: PageServicePipeliningConfig::default(),
             pg_auth_type: AuthType::Trust,

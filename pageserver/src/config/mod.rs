@@ -101,117 +101,71 @@ impl PageServerConf {
         PageServerConf::from_toml(workdir, toml)
     }
 
-    /// Validate a parsed document.
+    /// Validate a parsed document: the one place where every key is
+    /// checked and wired. The struct is destructured without `..`, so a key
+    /// added to `ConfigToml` and not handled here does not compile.
     pub fn from_toml(workdir: &Path, t: ConfigToml) -> Result<PageServerConf, ConfigError> {
-        let workdir = std::path::absolute(workdir)
+        let ConfigToml {
+            listen_pg_addr,
+            listen_http_addr,
+            wait_lsn_timeout,
+            checkpoint_distance,
+            checkpoint_timeout,
+            max_get_vectored_keys,
+            in_memory_layers_budget,
+            io_engine,
+            max_open_files,
+            log_format,
+            page_service_pipelining,
+            pg_auth_type,
+            auth_validation_public_key_path,
+            shutdown_timeout,
+        } = t;
+        let workdir = std::path::absolute(&workdir)
             .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
-
-        for (key, addr) in
-            [("listen_pg_addr", &t.listen_pg_addr), ("listen_http_addr", &t.listen_http_addr)]
-        {
-            match addr.to_socket_addrs().map(|mut addrs| addrs.next().is_some()) {
-                Ok(true) => {}
-                Ok(false) => return Err(key_err(key, format!("'{addr}' resolves to no address"))),
-                Err(e) => {
-                    return Err(key_err(key, format!("'{addr}' is not a host:port address: {e}")))
-                }
-            }
-        }
-        if t.wait_lsn_timeout.is_zero() {
-            return Err(key_err("wait_lsn_timeout", "must be greater than 0"));
-        }
-        if t.checkpoint_distance.as_u64() == 0 {
-            return Err(key_err("checkpoint_distance", "must be greater than 0"));
-        }
-        if t.checkpoint_timeout.is_zero() {
-            return Err(key_err("checkpoint_timeout", "must be greater than 0"));
-        }
-        if !(1..=defaults::MAX_GET_VECTORED_KEYS_LIMIT).contains(&t.max_get_vectored_keys) {
+        check_addr("listen_pg_addr", &listen_pg_addr)?;
+        check_addr("listen_http_addr", &listen_http_addr)?;
+        nonzero("wait_lsn_timeout", wait_lsn_timeout.is_zero())?;
+        nonzero("checkpoint_distance", checkpoint_distance.as_u64() == 0)?;
+        nonzero("checkpoint_timeout", checkpoint_timeout.is_zero())?;
+        nonzero("in_memory_layers_budget", in_memory_layers_budget.as_u64() == 0)?;
+        nonzero("shutdown_timeout", shutdown_timeout.is_zero())?;
+        if !(1..=defaults::MAX_GET_VECTORED_KEYS_LIMIT).contains(&max_get_vectored_keys) {
             return Err(key_err(
                 "max_get_vectored_keys",
                 format!(
-                    "{} is out of range 1..={}",
-                    t.max_get_vectored_keys,
+                    "{max_get_vectored_keys} is out of range 1..={}",
                     defaults::MAX_GET_VECTORED_KEYS_LIMIT
                 ),
             ));
         }
-        if t.in_memory_layers_budget.as_u64() == 0 {
-            return Err(key_err("in_memory_layers_budget", "must be greater than 0"));
-        }
-        if t.shutdown_timeout.is_zero() {
-            return Err(key_err("shutdown_timeout", "must be greater than 0"));
-        }
-        if let PageServicePipeliningConfig::Pipelined(p) = &t.page_service_pipelining {
-            if p.max_batch_size.get() > t.max_get_vectored_keys {
-                return Err(key_err(
-                    "page_service_pipelining",
-                    format!(
-                        "max_batch_size {} exceeds max_get_vectored_keys {}",
-                        p.max_batch_size, t.max_get_vectored_keys
-                    ),
-                ));
-            }
-        }
-
         let auth_validation_public_key_path =
-            t.auth_validation_public_key_path.as_ref().map(|p| workdir.join(p));
-        match (t.pg_auth_type, &auth_validation_public_key_path) {
-            (AuthType::Jwt, None) => {
-                return Err(key_err(
-                    "auth_validation_public_key_path",
-                    "required when pg_auth_type = \"jwt\"",
-                ))
-            }
-            (_, Some(path)) => {
-                if let Err(e) = std::fs::metadata(path) {
-                    return Err(key_err(
-                        "auth_validation_public_key_path",
-                        format!("cannot read {}: {e}", path.display()),
-                    ));
-                }
-            }
-            (AuthType::Trust, None) => {}
-        }
-
-        // The page service's own start-up checks, run now so that a bad
-        // combination fails before anything starts. Its messages begin with
-        // the key they are about ("key: ...").
+            auth_validation_public_key_path.as_ref().map(|p| workdir.join(p));
         let page_service = PageServiceConf {
-            pipelining: t.page_service_pipelining.clone(),
-            auth_type: t.pg_auth_type,
+            pipelining: page_service_pipelining.clone(),
+            auth_type: pg_auth_type,
             auth_validation_public_key_path: auth_validation_public_key_path.clone(),
         };
-        let split_key = |msg: String, default_key: &str| match msg.split_once(": ") {
-            Some((key, rest)) if !key.contains(' ') => key_err(key, rest),
-            _ => key_err(default_key, msg),
-        };
-        page_service
-            .validate(t.max_get_vectored_keys)
-            .map_err(|msg| split_key(msg, "page_service_pipelining"))?;
-        page_service
-            .load_auth()
-            .map_err(|e| key_err("auth_validation_public_key_path", format!("{e:#}")))?;
-
-        let io_engine = IoEngine::new(t.io_engine).map_err(|e| {
-            key_err("io_engine", format!("cannot start engine {:?}: {e}", t.io_engine))
-        })?;
+        check_page_service(&page_service, max_get_vectored_keys)?;
+        let max_open_files = check_max_open_files(max_open_files)?;
+        let io_engine = IoEngine::with_max_open_files(io_engine, max_open_files)
+            .map_err(|e| key_err("io_engine", format!("cannot start engine {io_engine:?}: {e}")))?;
 
         Ok(PageServerConf {
             workdir,
-            listen_pg_addr: t.listen_pg_addr,
-            listen_http_addr: t.listen_http_addr,
-            wait_lsn_timeout: t.wait_lsn_timeout,
-            checkpoint_distance: t.checkpoint_distance.as_u64(),
-            checkpoint_timeout: t.checkpoint_timeout,
-            max_get_vectored_keys: t.max_get_vectored_keys,
-            in_memory_layers_budget: t.in_memory_layers_budget.as_u64(),
+            listen_pg_addr,
+            listen_http_addr,
+            wait_lsn_timeout,
+            checkpoint_distance: checkpoint_distance.as_u64(),
+            checkpoint_timeout,
+            max_get_vectored_keys,
+            in_memory_layers_budget: in_memory_layers_budget.as_u64(),
             io_engine,
-            log_format: t.log_format,
-            page_service_pipelining: t.page_service_pipelining,
-            pg_auth_type: t.pg_auth_type,
+            log_format,
+            page_service_pipelining,
+            pg_auth_type,
             auth_validation_public_key_path,
-            shutdown_timeout: t.shutdown_timeout,
+            shutdown_timeout,
         })
     }
 
@@ -245,4 +199,95 @@ impl PageServerConf {
     pub fn io_engine_kind(&self) -> IoEngineKind {
         self.io_engine.kind()
     }
+}
+
+fn nonzero(key: &str, is_zero: bool) -> Result<(), ConfigError> {
+    if is_zero {
+        return Err(key_err(key, "must be greater than 0"));
+    }
+    Ok(())
+}
+
+fn check_addr(key: &str, addr: &str) -> Result<(), ConfigError> {
+    match addr.to_socket_addrs().map(|mut addrs| addrs.next().is_some()) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(key_err(key, format!("'{addr}' resolves to no address"))),
+        Err(e) => Err(key_err(key, format!("'{addr}' is not a host:port address: {e}"))),
+    }
+}
+
+/// Pipelining against the vectored-get limit, and JWT auth with a readable
+/// key: the page service's own start-up checks, run now so that a bad
+/// combination fails before anything starts. Its messages begin with the
+/// key they are about ("key: ...").
+fn check_page_service(
+    ps: &PageServiceConf,
+    max_get_vectored_keys: usize,
+) -> Result<(), ConfigError> {
+    if let PageServicePipeliningConfig::Pipelined(p) = &ps.pipelining {
+        if p.max_batch_size.get() > max_get_vectored_keys {
+            return Err(key_err(
+                "page_service_pipelining",
+                format!(
+                    "max_batch_size {} exceeds max_get_vectored_keys {max_get_vectored_keys}",
+                    p.max_batch_size
+                ),
+            ));
+        }
+    }
+    match (ps.auth_type, &ps.auth_validation_public_key_path) {
+        (AuthType::Jwt, None) => {
+            return Err(key_err(
+                "auth_validation_public_key_path",
+                "required when pg_auth_type = \"jwt\"",
+            ))
+        }
+        (_, Some(path)) => {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(key_err(
+                    "auth_validation_public_key_path",
+                    format!("cannot read {}: {e}", path.display()),
+                ));
+            }
+        }
+        (AuthType::Trust, None) => {}
+    }
+    let split_key = |msg: String, default_key: &str| match msg.split_once(": ") {
+        Some((key, rest)) if !key.contains(' ') => key_err(key, rest),
+        _ => key_err(default_key, msg),
+    };
+    ps.validate(max_get_vectored_keys).map_err(|msg| split_key(msg, "page_service_pipelining"))?;
+    ps.load_auth().map_err(|e| key_err("auth_validation_public_key_path", format!("{e:#}")))?;
+    Ok(())
+}
+
+/// `max_open_files`: positive, and at most half the process's descriptor
+/// limit (`RLIMIT_NOFILE`), so sockets always have descriptors left. The
+/// default is the smaller of `io_engine::DEFAULT_MAX_OPEN_FILES` and that half.
+fn check_max_open_files(configured: Option<usize>) -> Result<usize, ConfigError> {
+    let half_limit = (nofile_soft_limit() / 2).max(1);
+    match configured {
+        None => Ok(io_engine::DEFAULT_MAX_OPEN_FILES.min(half_limit)),
+        Some(0) => Err(key_err("max_open_files", "must be greater than 0")),
+        Some(n) if n > half_limit => Err(key_err(
+            "max_open_files",
+            format!(
+                "{n} is more than half of the process's open-file limit (RLIMIT_NOFILE {}); \
+                 raise the limit (ulimit -n) or lower the setting",
+                half_limit * 2
+            ),
+        )),
+        Some(n) => Ok(n),
+    }
+}
+
+/// The soft `RLIMIT_NOFILE` of this process.
+fn nofile_soft_limit() -> usize {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we pass; no other effects.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) };
+    if rc != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
+        return usize::MAX / 2;
+    }
+    rl.rlim_cur as usize
 }

@@ -272,3 +272,18 @@ fn unparseable_jwt_key_names_its_key() {
     .to_string();
     assert!(err.contains("`auth_validation_public_key_path`"), "{err}");
 }
+
+#[test]
+fn max_open_files_is_bounded_by_the_descriptor_limit() {
+    let half = super::nofile_soft_limit() / 2;
+    let conf = load(&[]).unwrap();
+    assert!(conf.io_engine.open_file_count() == 0);
+    assert!(half >= 1);
+    let err = err_naming(&["max_open_files=0"], "max_open_files");
+    assert!(err.contains("greater than 0"), "{err}");
+    if half < usize::MAX / 4 {
+        let err = err_naming(&[&format!("max_open_files={}", half + 1)], "max_open_files");
+        assert!(err.contains("RLIMIT_NOFILE"), "{err}");
+    }
+    load(&["max_open_files=8"]).unwrap();
+}
