@@ -1,28 +1,34 @@
-//! `DatadirModification`: buffered PostgreSQL-level changes that all happen
-//! at one LSN, committed through the timeline writer.
+//! `DatadirModification`: buffered PostgreSQL-level changes at one or more
+//! increasing LSNs (one per WAL record), committed through the timeline
+//! writer at once.
 //!
-//! Lifecycle: `Timeline::begin_modification(lsn)` -> `put_*` / `drop_*` ->
-//! `commit()`. Page values are buffered and written with
+//! Lifecycle: `Timeline::begin_modification(lsn)` -> `put_*` / `drop_*`
+//! [-> `set_lsn(next)` -> `put_*` ...] -> `commit()`. `set_lsn` seals the
+//! current LSN: its derived values (zero-fill, sizes, directories) are
+//! written at it, and the state reached becomes the next LSN's starting
+//! point; reads inside the modification see every pending change. Page values are buffered and written with
 //! `TimelineWriter::put_batch` whenever more than `FLUSH_BYTES` are pending
 //! (so a base-backup import of any size runs in bounded memory); directory,
-//! size and bookkeeping values are kept in memory and written at commit,
-//! followed by one `finish_write(lsn)`. Until then readers see nothing of
-//! the LSN. A modification dropped without commit leaves an unfinished LSN
+//! size and bookkeeping values are kept in memory and written when their
+//! LSN is sealed, and the commit ends with one `finish_write(last lsn)`.
+//! Until then readers see nothing of the modification's LSNs. A modification dropped without commit leaves an unfinished LSN
 //! behind (the timeline writer warns); the caller abandons the timeline or
 //! retries the same LSN's changes.
 //!
 //! Contract: one modification at a time per timeline (it is the ingest path;
 //! the timeline writer lock serializes the actual writes). The state before
 //! the modification is read at `last_record_lsn` as of `begin_modification`.
-//! One value per key per modification: a second put of a key still buffered
-//! replaces the first; a second write of a relation block after it was
-//! flushed is refused.
+//! One value per key per LSN: a second put of a key still buffered at the
+//! same LSN replaces the first; a second write of a relation block at the
+//! same LSN after it was flushed is refused.
 //!
 //! Relation sizes: a page write past the end extends the relation (creating
-//! it if needed); at commit every block between the relation's lowest size
-//! during the modification and its final size that was not written gets an
-//! all-zero image, so pages left over from before a truncation or drop never
-//! reappear. Size changes go into the size cache before `finish_write`.
+//! it if needed); when an LSN is sealed, every block between the relation's
+//! lowest size during that LSN and its size at the end of it that was not
+//! written gets an all-zero image, so pages left over from before a
+//! truncation or drop never reappear. Size changes go into the size cache
+//! before `finish_write`, each at the LSN of the relation's last change (an
+//! older entry must not answer for LSNs between two changes).
 
 use std::collections::HashMap;
 
@@ -129,6 +135,9 @@ pub struct DatadirModification<'t> {
     slru_dirs: HashMap<SlruKind, (SlruDirectory, bool)>,
     slru_segs: HashMap<(SlruKind, u32), SegState>,
     twophase: Option<(TwoPhaseDirectory, bool)>,
+    /// Size changes of LSNs already sealed: rel -> (LSN of its last change,
+    /// size), for the size cache at commit.
+    sealed_sizes: HashMap<RelTag, (Lsn, Option<u32>)>,
 }
 
 fn value_bytes(v: &Value) -> usize {
@@ -154,7 +163,20 @@ impl<'t> DatadirModification<'t> {
             slru_dirs: HashMap::new(),
             slru_segs: HashMap::new(),
             twophase: None,
+            sealed_sizes: HashMap::new(),
         }
+    }
+
+    /// Move on to the next record's LSN: the changes made so far are sealed
+    /// at the current LSN (sizes, zero-fill, directories written there), and
+    /// later changes go to `lsn`. Reads inside the modification keep seeing
+    /// every pending change. Panics unless `lsn` is above the current one.
+    pub async fn set_lsn(&mut self, lsn: Lsn) -> anyhow::Result<()> {
+        assert!(lsn > self.lsn, "modification LSNs must increase: {} then {lsn}", self.lsn);
+        self.seal_current_lsn().await?;
+        self.lsn = lsn;
+        self.pending_index.clear();
+        Ok(())
     }
 
     pub fn lsn(&self) -> Lsn {
@@ -571,8 +593,10 @@ impl<'t> DatadirModification<'t> {
 
     // ---- commit -------------------------------------------------------------
 
-    /// Write everything and finish the LSN: readers see all of it at once.
-    pub async fn commit(mut self) -> anyhow::Result<()> {
+    /// Write the derived values of the current LSN (zero-fill, sizes,
+    /// directories) at that LSN, then start the next LSN's bookkeeping from
+    /// the state reached (see the module comment).
+    async fn seal_current_lsn(&mut self) -> anyhow::Result<()> {
         let lsn = self.lsn;
 
         // Zero-fill blocks between each relation's low-water size and its
@@ -641,6 +665,40 @@ impl<'t> DatadirModification<'t> {
         for (k, v) in dirs {
             self.push(k, Value::Image(v));
         }
+        for (rel, size) in size_changes {
+            self.sealed_sizes.insert(rel, (lsn, size));
+        }
+        self.reset_bookkeeping();
+        Ok(())
+    }
+
+    /// After a seal: the state reached is the next LSN's "before".
+    fn reset_bookkeeping(&mut self) {
+        for st in self.rels.values_mut() {
+            *st = RelState::new(st.size);
+        }
+        for seg in self.slru_segs.values_mut() {
+            seg.before = seg.size;
+        }
+        if let Some((_, dirty)) = &mut self.dbdir {
+            *dirty = false;
+        }
+        for (_, dirty) in self.reldirs.values_mut() {
+            *dirty = false;
+        }
+        for (_, dirty) in self.slru_dirs.values_mut() {
+            *dirty = false;
+        }
+        if let Some((_, dirty)) = &mut self.twophase {
+            *dirty = false;
+        }
+    }
+
+    /// Write everything and finish the last LSN: readers see all LSNs of
+    /// the modification at once.
+    pub async fn commit(mut self) -> anyhow::Result<()> {
+        self.seal_current_lsn().await?;
+        let lsn = self.lsn;
 
         // Store, publish sizes to the cache, then finish the LSN.
         let mut w = match self.writer.take() {
@@ -650,7 +708,15 @@ impl<'t> DatadirModification<'t> {
         if !self.pending.is_empty() {
             w.put_batch(&self.pending).await.with_context(|| format!("write changes at {lsn}"))?;
         }
-        self.tl.rel_size_cache.update(size_changes.into_iter(), lsn);
+        // Each relation's entry at the LSN of its last change: an older entry
+        // must not answer for LSNs between two changes of this modification.
+        let mut by_lsn: HashMap<Lsn, Vec<(RelTag, Option<u32>)>> = HashMap::new();
+        for (rel, (at, size)) in std::mem::take(&mut self.sealed_sizes) {
+            by_lsn.entry(at).or_default().push((rel, size));
+        }
+        for (at, changes) in by_lsn {
+            self.tl.rel_size_cache.update(changes.into_iter(), at);
+        }
         w.finish_write(lsn);
         Ok(())
     }

@@ -285,3 +285,73 @@ async fn large_modification_flushes_in_batches() {
         assert_eq!(r.as_ref().unwrap(), &page(5, *b));
     }
 }
+
+/// One modification covering three LSNs: each LSN reads as the state after
+/// its own changes, nothing is visible before the commit, and the size
+/// cache never answers for an LSN between two changes.
+#[tokio::test]
+async fn modification_over_several_lsns() {
+    let e = env(32).await;
+    let tl = &e.tl;
+    base(tl).await;
+    const C: RelTag = RelTag { spcnode: 1663, dbnode: 5, relnode: 16400, forknum: 0 };
+    let rk = ReadKind::HttpRequest;
+    // Fill the cache with A's size at the latest LSN.
+    assert_eq!(get_rel_size(tl, rk, A, Lsn(0x20)).await.unwrap(), 3);
+
+    let mut m = tl.begin_modification(Lsn(0x30));
+    m.put_rel_creation(C, 0).await.unwrap();
+    m.put_rel_page_image(C, 0, page(3, 0)).await.unwrap();
+    m.put_rel_page_image(C, 1, page(3, 1)).await.unwrap();
+    m.set_lsn(Lsn(0x40)).await.unwrap();
+    m.put_rel_page_image(A, 4, page(4, 4)).await.unwrap(); // extends A to 5, block 3 zero
+    m.put_rel_page_image(C, 0, page(5, 0)).await.unwrap(); // same block, new LSN: allowed
+    m.set_lsn(Lsn(0x50)).await.unwrap();
+    m.put_rel_drop(B).await.unwrap();
+    m.put_rel_truncation(A, 4).await.unwrap();
+    assert_eq!(m.rel_size(A).await.unwrap(), Some(4), "reads inside see pending changes");
+    assert_eq!(tl.get_last_record_lsn(), Lsn(0x20), "nothing is visible before the commit");
+    m.commit().await.unwrap();
+    assert_eq!(tl.get_last_record_lsn(), Lsn(0x50));
+
+    let pages = |rel, blk, lsn| (rel, blk, Lsn(lsn));
+    let got = get_rel_pages_batched(
+        tl,
+        rk,
+        &[
+            pages(C, 0, 0x30),
+            pages(C, 0, 0x40),
+            pages(A, 3, 0x40),
+            pages(A, 4, 0x40),
+            pages(C, 1, 0x50),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(got[0].as_ref().unwrap(), &page(3, 0));
+    assert_eq!(got[1].as_ref().unwrap(), &page(5, 0));
+    assert_eq!(got[2].as_ref().unwrap(), &zero_page());
+    assert_eq!(got[3].as_ref().unwrap(), &page(4, 4));
+    assert_eq!(got[4].as_ref().unwrap(), &page(3, 1));
+    for (lsn, a_size, b_exists, c_exists) in [
+        (0x20, 3, true, false),
+        (0x30, 3, true, true),
+        (0x3f, 3, true, true),
+        (0x40, 5, true, true),
+        (0x50, 4, false, true),
+    ] {
+        let at = Lsn(lsn);
+        assert_eq!(get_rel_size(tl, rk, A, at).await.unwrap(), a_size, "A at {at}");
+        assert_eq!(get_rel_exists(tl, rk, B, at).await.unwrap(), b_exists, "B at {at}");
+        assert_eq!(get_rel_exists(tl, rk, C, at).await.unwrap(), c_exists, "C at {at}");
+    }
+}
+
+#[tokio::test]
+#[should_panic(expected = "modification LSNs must increase")]
+async fn modification_lsns_must_increase() {
+    let e = env(32).await;
+    base(&e.tl).await;
+    let mut m = e.tl.begin_modification(Lsn(0x30));
+    m.set_lsn(Lsn(0x30)).await.unwrap();
+}
