@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lsn::Lsn;
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SeqWaitError {
     #[error("timed out after {timeout:?} waiting for LSN {wanted}; last record LSN is {current}")]
     Timeout { wanted: Lsn, current: Lsn, timeout: Duration },

@@ -38,7 +38,7 @@ pub enum PageStreamError {
 impl From<WaitLsnError> for PageStreamError {
     fn from(e: WaitLsnError) -> Self {
         match e {
-            WaitLsnError::Timeout(msg) => PageStreamError::LsnTimeout(msg),
+            WaitLsnError::Timeout(e) => PageStreamError::LsnTimeout(e.to_string()),
             WaitLsnError::Shutdown => PageStreamError::Shutdown,
         }
     }

@@ -93,8 +93,8 @@ pub enum TenantError {
 
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum WaitLsnError {
-    #[error("{0}")]
-    Timeout(String),
+    #[error(transparent)]
+    Timeout(utils::seqwait::SeqWaitError),
     #[error("shutting down")]
     Shutdown,
 }
@@ -105,12 +105,25 @@ pub enum PageReconstructError {
     MissingKey { key: Key, lsn: Lsn },
     #[error("corrupt data: {0}")]
     Corrupt(String),
-    #[error("IO error: {0}")]
-    Io(String),
+    /// A value whose checksum or framing is wrong, in the named layer.
+    #[error("corrupt data: key {key} at {lsn} in layer {layer}: {source}")]
+    CorruptValue {
+        key: Key,
+        lsn: Lsn,
+        layer: String,
+        #[source]
+        source: value::ValueDecodeError,
+    },
+    #[error("IO error reading layer {layer}: {source}")]
+    Io {
+        layer: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     #[error("key {key} at LSN {lsn} depends on a WAL record of rmgr {rmid} that needs PostgreSQL redo, which this pageserver does not run")]
     NeedsRedo { key: Key, lsn: Lsn, rmid: u8 },
-    #[error("{0}")]
-    Other(String),
+    #[error(transparent)]
+    Vectored(#[from] GetVectoredError),
 }
 
 /// Who a read is for: the `task_kind` label of `pageserver_get_vectored_seconds`.

@@ -48,7 +48,7 @@ const REC_TEST: u8 = 3;
 /// Bytes of framing around a value: tag and CRC.
 pub const VALUE_OVERHEAD: usize = 1 + 4;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ValueDecodeError {
     #[error("value checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
     Checksum { stored: u32, computed: u32 },

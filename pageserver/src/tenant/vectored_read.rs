@@ -8,6 +8,7 @@
 //! the same key at several LSNs) is read exactly once.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use pageserver_api::key::Key;
@@ -136,10 +137,10 @@ pub async fn read(
         }
     });
     // Chunks become shared `Bytes` so page images are slices of them (no copy).
-    let bufs: Vec<std::io::Result<Bytes>> = futures::future::join_all(reads)
+    let bufs: Vec<Result<Bytes, Arc<std::io::Error>>> = futures::future::join_all(reads)
         .await
         .into_iter()
-        .map(|r| r.map(Bytes::from_owner))
+        .map(|r| r.map(Bytes::from_owner).map_err(Arc::new))
         .collect();
 
     // Reconstruct each unique query from the chunk bytes.
@@ -162,11 +163,20 @@ pub async fn read(
             for &(li, lsn, b) in &q.plan {
                 let ci = chunks.partition_point(|(cl, r)| (*cl, r.start) <= (li, b.offset())) - 1;
                 let (_, range) = &chunks[ci];
-                let buf = bufs[ci].as_ref().map_err(|e| PageReconstructError::Io(e.to_string()))?;
-                let at = (b.offset() - range.start) as usize;
-                let v = Value::deserialize_bytes(&buf.slice(at..at + b.len())).map_err(|e| {
-                    PageReconstructError::Corrupt(format!("key {} at {lsn}: {e}", q.key))
+                let buf = bufs[ci].as_ref().map_err(|e| PageReconstructError::Io {
+                    layer: layers[li].describe(),
+                    source: e.clone(),
                 })?;
+                let at = (b.offset() - range.start) as usize;
+                let v =
+                    Value::deserialize_bytes(&buf.slice(at..at + b.len())).map_err(|source| {
+                        PageReconstructError::CorruptValue {
+                            key: q.key,
+                            lsn,
+                            layer: layers[li].describe(),
+                            source,
+                        }
+                    })?;
                 values.push((lsn, v));
             }
             reconstruct(q.key, q.lsn, values)

@@ -47,6 +47,15 @@ impl ReadableLayer {
         }
     }
 
+    /// The layer as errors name it: the L0 file name, or the in-memory
+    /// layer's LSN start.
+    pub fn describe(&self) -> String {
+        match self {
+            ReadableLayer::InMemory(l) => format!("in-memory layer from {}", l.start_lsn),
+            ReadableLayer::Delta(l) => l.name.to_string(),
+        }
+    }
+
     /// Whether the layer can hold a value of `key` (in-memory layers hold
     /// any key; an L0's key range is in its name).
     pub fn may_contain(&self, key: &Key) -> bool {

@@ -25,7 +25,7 @@ impl Timeline {
         match res {
             Ok(_) => Ok(()),
             Err(SeqWaitError::Cancelled) => Err(WaitLsnError::Shutdown),
-            Err(e @ SeqWaitError::Timeout { .. }) => Err(WaitLsnError::Timeout(e.to_string())),
+            Err(e @ SeqWaitError::Timeout { .. }) => Err(WaitLsnError::Timeout(e)),
         }
     }
 
@@ -60,7 +60,7 @@ impl Timeline {
     pub async fn get(&self, key: Key, lsn: Lsn) -> Result<Bytes, PageReconstructError> {
         match self.get_vectored(&[(key, lsn)], ReadKind::HttpRequest).await {
             Ok(mut v) => v.pop().expect("one result per query"),
-            Err(e) => Err(PageReconstructError::Other(e.to_string())),
+            Err(e) => Err(PageReconstructError::Vectored(e)),
         }
     }
 }

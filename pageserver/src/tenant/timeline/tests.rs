@@ -97,3 +97,24 @@ async fn unlisted_layer_is_removed_as_a_leftover() {
     let tl = mgr.get_timeline(t, tl).unwrap();
     assert_eq!(&tl.get(Key::MIN, Lsn(0x28)).await.unwrap()[..], b"new");
 }
+
+#[tokio::test]
+async fn a_flipped_value_byte_is_an_error_naming_the_layer() {
+    let (dir, t, tl, paths) = two_layers().await;
+    // The first value of the newest L0 starts right after its 512-byte header.
+    let mut bytes = std::fs::read(&paths[1]).unwrap();
+    bytes[512 + 3] ^= 0xff;
+    std::fs::write(&paths[1], &bytes).unwrap();
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let tl = mgr.get_timeline(t, tl).unwrap();
+    let err = tl.get(Key::MIN, Lsn(0x28)).await.unwrap_err();
+    let name = paths[1].file_name().unwrap().to_str().unwrap();
+    assert!(
+        matches!(&err, super::super::PageReconstructError::CorruptValue { layer, .. } if layer == name),
+        "{err}"
+    );
+    assert!(err.to_string().contains("checksum mismatch"), "{err}");
+    // The older version, in the intact layer, still reads.
+    assert_eq!(&tl.get(Key::MIN, Lsn(0x20)).await.unwrap()[..], b"old");
+}
