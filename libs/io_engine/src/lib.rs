@@ -47,6 +47,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use aligned_buf::{AlignedBuf, BUF_ALIGN};
+/// Largest read buffer the pool recycles (`AlignedBuf::for_read`).
+pub const MAX_POOLED_READ_BYTES: usize = buf_pool::MAX_POOLED_CAP;
 
 /// Which engine executes file IO (config key `io_engine`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -23,6 +23,11 @@ use super::PageReconstructError;
 
 pub const CHUNK_ALIGN: u64 = 512;
 pub const MAX_CHUNK: u64 = 128 * 1024;
+const _: () =
+    assert!(CHUNK_ALIGN.is_power_of_two() && io_engine::BUF_ALIGN as u64 % CHUNK_ALIGN == 0);
+const _: () = assert!(MAX_CHUNK % CHUNK_ALIGN == 0, "a full chunk stays aligned");
+// A chunk plus its alignment slack fits a pooled read buffer.
+const _: () = assert!(MAX_CHUNK + 2 * CHUNK_ALIGN <= io_engine::MAX_POOLED_READ_BYTES as u64);
 
 /// Merge value ranges into aligned read chunks. `ranges` are (start, end)
 /// byte offsets; `limit` is the readable length (chunks never pass it).

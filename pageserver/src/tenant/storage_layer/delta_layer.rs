@@ -36,6 +36,10 @@ const MAGIC: &[u8; 4] = b"PSDL";
 const FORMAT_VERSION: u16 = 1;
 const HEADER_SIZE: u64 = 512;
 const INDEX_ENTRY_SIZE: usize = KEY_SIZE + 8 + 8;
+/// Encoded header: magic, version, pad, two ids, two keys, six u64s, CRC.
+const HEADER_ENCODED_LEN: usize = 4 + 2 + 2 + 16 + 16 + 2 * KEY_SIZE + 6 * 8 + 4;
+const _: () = assert!(HEADER_ENCODED_LEN <= HEADER_SIZE as usize, "the header fits its block");
+const _: () = assert!(HEADER_SIZE % 512 == 0, "values start 512-byte aligned (direct IO)");
 /// Chunk size for copying values from the ephemeral file.
 const COPY_CHUNK: usize = 1024 * 1024;
 
@@ -78,6 +82,7 @@ impl Header {
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(b.len(), HEADER_ENCODED_LEN);
         b
     }
 
