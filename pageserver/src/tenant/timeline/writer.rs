@@ -5,7 +5,9 @@
 //! `finish_write(lsn)` once all values of `lsn` are in; only then do readers
 //! see them and may a freeze happen, so layers always end at an LSN boundary.
 //! Ingest waits (backpressure) while `MAX_FROZEN_LAYERS` layers are frozen
-//! and unflushed, or in-memory bytes exceed twice the global budget.
+//! and unflushed, or in-memory bytes exceed twice the global budget; if a
+//! flush fails while it waits, the write fails with that error instead of
+//! waiting on a disk that may not recover.
 
 use std::ops::Range;
 
@@ -135,6 +137,12 @@ impl TimelineWriter<'_> {
             tokio::select! {
                 r = rx.changed() => r.context("timeline is gone")?,
                 _ = tl.cancel.cancelled() => bail!("timeline is shutting down"),
+            }
+            // A flush failed while we waited: report it instead of waiting
+            // on a disk that may never recover (the caller retries later;
+            // nothing is lost, the frozen layers stay in memory).
+            if let Some(e) = rx.borrow_and_update().error.clone() {
+                bail!("ingest is paused: flushing layers to disk fails: {e}");
             }
         }
     }
