@@ -45,12 +45,7 @@ pub use reads::{
     list_rels, list_slru_segments,
 };
 
-/// PostgreSQL block size.
-pub const BLCKSZ: usize = 8192;
-/// Blocks per 1 GiB relation segment file.
-pub const RELSEG_SIZE: u32 = 131_072;
-/// Pages per SLRU segment file.
-pub const SLRU_PAGES_PER_SEGMENT: u32 = 32;
+pub use postgres_ffi::{BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};
 
 static ZEROES: [u8; BLCKSZ] = [0; BLCKSZ];
 

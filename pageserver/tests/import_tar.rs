@@ -76,17 +76,21 @@ fn pages(seed: u32, first: u32, n: u32) -> Vec<u8> {
 }
 
 /// pg_control in PostgreSQL 15's layout with a valid CRC.
+/// A pg_control in the layout of the version `catversion` belongs to.
 fn control(catversion: u32) -> Vec<u8> {
-    let mut b = vec![0u8; 8192];
-    b[0..8].copy_from_slice(&7_000_000u64.to_le_bytes());
-    b[8..12].copy_from_slice(&1300u32.to_le_bytes());
-    b[12..16].copy_from_slice(&catversion.to_le_bytes());
-    b[32..40].copy_from_slice(&0x30416A8u64.to_le_bytes());
-    b[40..48].copy_from_slice(&START.0.to_le_bytes());
-    b[48..52].copy_from_slice(&1u32.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..296]);
-    b[296..300].copy_from_slice(&crc.to_le_bytes());
-    b
+    use postgres_ffi::controlfile::{
+        major_version_of_catalog, pg_control_version, CheckPoint, ControlFileData,
+    };
+    let v = major_version_of_catalog(catversion).unwrap_or(postgres_ffi::PgMajorVersion::V15);
+    ControlFileData {
+        system_identifier: 7_000_000,
+        pg_control_version: pg_control_version(v),
+        catalog_version_no: catversion,
+        checkpoint: 0x30416A8,
+        checkpoint_copy: CheckPoint { redo: START.0, this_timeline_id: 1, ..CheckPoint::default() },
+        ..ControlFileData::default()
+    }
+    .encode(v)
 }
 
 enum E {

@@ -22,7 +22,7 @@ use utils::lsn::Lsn;
 use crate::reltag::RelTag;
 
 /// PostgreSQL page size.
-pub const BLCKSZ: usize = 8192;
+pub use postgres_ffi::BLCKSZ;
 
 /// Request tags.
 pub const TAG_EXISTS: u8 = 0;

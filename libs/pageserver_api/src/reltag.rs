@@ -4,15 +4,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-pub const MAIN_FORKNUM: u8 = 0;
-pub const FSM_FORKNUM: u8 = 1;
-pub const VISIBILITYMAP_FORKNUM: u8 = 2;
-pub const INIT_FORKNUM: u8 = 3;
-pub const MAX_FORKNUM: u8 = INIT_FORKNUM;
-
-/// Tablespace OIDs of `pg_global` (shared catalogs) and `pg_default`.
-pub const GLOBALTABLESPACE_OID: u32 = 1664;
-pub const DEFAULTTABLESPACE_OID: u32 = 1663;
+pub use postgres_ffi::{
+    DEFAULTTABLESPACE_OID, FSM_FORKNUM, GLOBALTABLESPACE_OID, INIT_FORKNUM, MAIN_FORKNUM,
+    MAX_FORKNUM, VISIBILITYMAP_FORKNUM,
+};
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RelTag {

@@ -14,10 +14,10 @@
 //! Everything else (configuration, statistics, temp relations `t<n>_<rel>`,
 //! `pg_internal.init`, ...) is `Other` and skipped by the importer.
 
-use pageserver_api::reltag::{
-    RelTag, SlruKind, DEFAULTTABLESPACE_OID, FSM_FORKNUM, GLOBALTABLESPACE_OID, INIT_FORKNUM,
-    MAIN_FORKNUM, VISIBILITYMAP_FORKNUM,
-};
+use pageserver_api::reltag::{RelTag, SlruKind, DEFAULTTABLESPACE_OID, GLOBALTABLESPACE_OID};
+use postgres_ffi::consts::PG_CONTROL_FILE_SIZE;
+use postgres_ffi::controlfile::{major_version_of_catalog, ControlFileData, CHECKPOINT_SIZE};
+use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,44 +48,9 @@ pub enum PgFile {
     Other,
 }
 
-fn parse_oid(s: &str) -> Option<u32> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0'))
-    {
-        return None;
-    }
-    s.parse::<u32>().ok().filter(|&v| v != 0)
-}
-
-/// `<relfilenode>[_fsm|_vm|_init][.<segno>]` -> (relnode, fork, segno).
-pub fn parse_relfile_name(name: &str) -> Option<(u32, u8, u32)> {
-    let (base, segno) = match name.split_once('.') {
-        Some((b, s)) => {
-            if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            (b, s.parse::<u32>().ok()?)
-        }
-        None => (name, 0),
-    };
-    let (rel, fork) = match base.split_once('_') {
-        Some((r, "fsm")) => (r, FSM_FORKNUM),
-        Some((r, "vm")) => (r, VISIBILITYMAP_FORKNUM),
-        Some((r, "init")) => (r, INIT_FORKNUM),
-        Some(_) => return None,
-        None => (base, MAIN_FORKNUM),
-    };
-    Some((parse_oid(rel)?, fork, segno))
-}
-
-/// An SLRU segment or two-phase file name: upper-case hex, 4 to 16 digits.
-fn parse_hex_name(name: &str) -> Option<u64> {
-    if !(4..=16).contains(&name.len())
-        || !name.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
-    {
-        return None;
-    }
-    u64::from_str_radix(name, 16).ok()
-}
+use postgres_ffi::paths::{
+    parse_hex_name, parse_oid, parse_relfile_name, parse_twophase_file_name,
+};
 
 /// Files inside a database directory of tablespace `spc`.
 fn in_db_dir(spc: u32, db: u32, name: &str) -> PgFile {
@@ -134,12 +99,10 @@ pub fn classify(path: &str, is_dir: bool) -> PgFile {
         ["pg_xact", seg] => slru(SlruKind::Clog, seg),
         ["pg_multixact", "offsets", seg] => slru(SlruKind::MultiXactOffsets, seg),
         ["pg_multixact", "members", seg] => slru(SlruKind::MultiXactMembers, seg),
-        ["pg_twophase", name] => match parse_hex_name(name) {
-            // PG17 names carry the epoch in the high 32 bits; the key holds the xid.
-            Some(full) if name.len() == 8 || name.len() == 16 => {
-                PgFile::TwoPhase { xid: full as u32 }
-            }
-            _ => PgFile::Other,
+        // PG17 names carry the epoch in the high 32 bits; the key holds the xid.
+        ["pg_twophase", name] => match parse_twophase_file_name(name) {
+            Some(xid) => PgFile::TwoPhase { xid },
+            None => PgFile::Other,
         },
         _ => PgFile::Other,
     }
@@ -198,12 +161,9 @@ pub fn parse_pg_version(text: &str) -> Result<u32, String> {
         .map_err(|_| format!("PG_VERSION holds '{}', not a major version number", t.escape_debug()))
 }
 
+/// Majors whose base backups the importer is verified with (`postgres_ffi`
+/// knows 15-18; 18 imports are not tested here yet).
 pub const SUPPORTED_VERSIONS: &[u32] = &[15, 16, 17];
-
-/// `sizeof(CheckPoint)` in PostgreSQL 14..17 on 64-bit platforms.
-pub const CHECKPOINT_SIZE: usize = 88;
-/// `offsetof(ControlFileData, checkPointCopy)`.
-const CHECKPOINT_COPY_OFFSET: usize = 40;
 
 /// The fields of `pg_control` the import uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,48 +178,36 @@ pub struct ControlData {
     pub timeline: u32,
     /// The raw `CheckPoint` struct (`checkPointCopy`).
     pub checkpoint_copy: Vec<u8>,
+    /// The major version that wrote it (from its catalog version).
+    pub major: PgMajorVersion,
 }
 
 impl ControlData {
-    /// The PostgreSQL major version that wrote this control file, from the
-    /// catalog version number (each release's is fixed at its release).
     pub fn major_version(&self) -> Option<u32> {
-        match self.catalog_version_no {
-            202107181..=202209061 => Some(15),
-            202209062..=202307071 => Some(16),
-            202307072..=202406281 => Some(17),
-            202406282..=202506999 => Some(18),
-            _ => None,
-        }
+        Some(self.major.number())
     }
 }
 
-/// Parse and checksum `pg_control`. The CRC-32C sits right after the struct,
-/// whose size differs between versions: we find the offset at which the
-/// stored CRC matches the bytes before it.
+/// Decode and checksum `pg_control` in the layout of the major version its
+/// catalog version number names (`postgres_ffi::controlfile`).
 pub fn parse_control(buf: &[u8]) -> Result<ControlData, String> {
-    if buf.len() < 512 {
-        return Err(format!("pg_control is {} bytes, expected 8192", buf.len()));
+    if buf.len() != PG_CONTROL_FILE_SIZE {
+        return Err(format!("pg_control is {} bytes, expected {PG_CONTROL_FILE_SIZE}", buf.len()));
     }
-    let u32_at = |o: usize| u32::from_le_bytes(buf[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(buf[o..o + 8].try_into().unwrap());
-    let crc_ok = (CHECKPOINT_COPY_OFFSET + CHECKPOINT_SIZE..=500)
-        .step_by(4)
-        .any(|off| crc32c::crc32c(&buf[..off]) == u32_at(off));
-    if !crc_ok {
-        return Err(
-            "pg_control checksum does not match: the file is corrupt or not a pg_control".into()
-        );
-    }
-    let cp = &buf[CHECKPOINT_COPY_OFFSET..CHECKPOINT_COPY_OFFSET + CHECKPOINT_SIZE];
+    let catalog_version_no = u32::from_le_bytes(buf[12..16].try_into().unwrap());
+    let major = major_version_of_catalog(catalog_version_no).ok_or_else(|| {
+        format!("catalog version {catalog_version_no} belongs to no supported PostgreSQL version (15-18)")
+    })?;
+    let c = ControlFileData::decode(buf, major).map_err(|e| e.to_string())?;
     Ok(ControlData {
-        system_identifier: u64_at(0),
-        pg_control_version: u32_at(8),
-        catalog_version_no: u32_at(12),
-        checkpoint: Lsn(u64_at(32)),
-        redo: Lsn(u64::from_le_bytes(cp[0..8].try_into().unwrap())),
-        timeline: u32::from_le_bytes(cp[8..12].try_into().unwrap()),
-        checkpoint_copy: cp.to_vec(),
+        system_identifier: c.system_identifier,
+        pg_control_version: c.pg_control_version,
+        catalog_version_no,
+        checkpoint: Lsn(c.checkpoint),
+        redo: Lsn(c.checkpoint_copy.redo),
+        timeline: c.checkpoint_copy.this_timeline_id,
+        checkpoint_copy: buf[40..40 + CHECKPOINT_SIZE].to_vec(),
+        major,
     })
 }
 
@@ -348,19 +296,23 @@ mod tests {
         assert!(parse_pg_version("sixteen").is_err());
     }
 
-    /// A synthetic pg_control in PG15's layout.
+    /// A pg_control in the layout of the version `catversion` belongs to.
     pub(crate) fn fake_control(catversion: u32, checkpoint: Lsn, redo: Lsn) -> Vec<u8> {
-        let mut b = vec![0u8; 8192];
-        b[0..8].copy_from_slice(&7u64.to_le_bytes());
-        b[8..12].copy_from_slice(&1300u32.to_le_bytes());
-        b[12..16].copy_from_slice(&catversion.to_le_bytes());
-        b[32..40].copy_from_slice(&checkpoint.0.to_le_bytes());
-        b[40..48].copy_from_slice(&redo.0.to_le_bytes());
-        b[48..52].copy_from_slice(&1u32.to_le_bytes());
-        let crc_off = 296;
-        let crc = crc32c::crc32c(&b[..crc_off]);
-        b[crc_off..crc_off + 4].copy_from_slice(&crc.to_le_bytes());
-        b
+        use postgres_ffi::controlfile::{pg_control_version, CheckPoint};
+        let v = major_version_of_catalog(catversion).unwrap_or(PgMajorVersion::V15);
+        ControlFileData {
+            system_identifier: 7,
+            pg_control_version: pg_control_version(v),
+            catalog_version_no: catversion,
+            checkpoint: checkpoint.0,
+            checkpoint_copy: CheckPoint {
+                redo: redo.0,
+                this_timeline_id: 1,
+                ..CheckPoint::default()
+            },
+            ..ControlFileData::default()
+        }
+        .encode(v)
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Reconstruction: from the values of one key (newest first, ending at a
 //! `will_init` value) to the bytes of the key at the requested LSN.
 //!
-//! Native records are applied here, in Rust: CLOG status bits, visibility
-//! map clears, and the test record. A PostgreSQL record that needs redo is an
+//! Native records are applied here, in Rust, with `postgres_ffi::records`
+//! (CLOG status bits, visibility-map clears); the test record is ours. A PostgreSQL record that needs redo is an
 //! error naming its rmgr and LSN: we never serve a page we cannot build.
 
 use bytes::{Bytes, BytesMut};
@@ -12,12 +12,8 @@ use utils::lsn::Lsn;
 use super::value::{Record, Value};
 use super::PageReconstructError;
 
-pub const BLCKSZ: usize = 8192;
-/// CLOG: 2 status bits per transaction, 4 per byte.
-pub const CLOG_XACTS_PER_PAGE: u32 = (BLCKSZ * 4) as u32;
-/// Visibility map: 2 bits per heap block after the 24-byte page header.
-pub const VM_PAGE_HEADER: usize = 24;
-pub const VM_HEAPBLOCKS_PER_PAGE: u32 = ((BLCKSZ - VM_PAGE_HEADER) * 4) as u32;
+use postgres_ffi::records::{clog_set_status, vm_clear_flags};
+use postgres_ffi::BLCKSZ;
 
 /// `values` newest first; the last one must be `will_init`.
 pub fn reconstruct(
@@ -70,21 +66,11 @@ fn apply(key: Key, lsn: Lsn, page: &mut BytesMut, rec: Record) -> Result<(), Pag
     match rec {
         Record::ClogSetStatus { xids, status } => {
             need_page(page, "CLOG")?;
-            for xid in xids {
-                let idx = xid % CLOG_XACTS_PER_PAGE;
-                let byte = (idx / 4) as usize;
-                let shift = (idx % 4) * 2;
-                page[byte] = (page[byte] & !(0b11 << shift)) | ((status & 0b11) << shift);
-            }
+            clog_set_status(page, &xids, status);
         }
         Record::VmClearFlags { heap_blknos, flags } => {
             need_page(page, "visibility map")?;
-            for blk in heap_blknos {
-                let idx = blk % VM_HEAPBLOCKS_PER_PAGE;
-                let byte = VM_PAGE_HEADER + (idx / 4) as usize;
-                let shift = (idx % 4) * 2;
-                page[byte] &= !((flags & 0b11) << shift);
-            }
+            vm_clear_flags(page, &heap_blknos, flags);
         }
         Record::Test { append, will_init } => {
             if will_init {
@@ -117,8 +103,8 @@ mod tests {
         let vm = image(&[0xffu8; BLCKSZ]);
         let clear = Value::Record(Record::VmClearFlags { heap_blknos: vec![1], flags: 0b11 });
         let out = reconstruct(key, Lsn(3), vec![(Lsn(2), clear), (Lsn(1), vm)]).unwrap();
-        assert_eq!(out[VM_PAGE_HEADER], 0b1111_0011);
-        assert_eq!(out[VM_PAGE_HEADER + 1], 0xff);
+        assert_eq!(out[24], 0b1111_0011, "after the 24-byte page header");
+        assert_eq!(out[25], 0xff);
     }
 
     #[test]

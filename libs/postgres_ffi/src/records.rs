@@ -1,0 +1,51 @@
+//! Changes the pageserver applies to pages itself, without a PostgreSQL
+//! redo process: CLOG status bits and visibility-map bit clears. Pure
+//! functions on one `BLCKSZ` page; the caller checks the page size.
+
+use crate::consts::{BLCKSZ, SIZE_OF_PAGE_HEADER_DATA};
+use crate::slru::{clog_position, CLOG_XACTS_PER_PAGE};
+
+/// Visibility map: 2 bits per heap block after the page header.
+pub const VM_BITS_PER_HEAPBLOCK: u32 = 2;
+pub const VM_HEAPBLOCKS_PER_BYTE: u32 = 4;
+pub const VM_HEAPBLOCKS_PER_PAGE: u32 =
+    ((BLCKSZ - SIZE_OF_PAGE_HEADER_DATA) as u32) * VM_HEAPBLOCKS_PER_BYTE;
+/// `VISIBILITYMAP_ALL_VISIBLE | VISIBILITYMAP_ALL_FROZEN`.
+pub const VM_VALID_BITS: u8 = 0b11;
+
+/// Set the 2-bit status of each xid (all on this CLOG page) to `status`.
+pub fn clog_set_status(page: &mut [u8], xids: &[u32], status: u8) {
+    assert_eq!(page.len(), BLCKSZ);
+    for &xid in xids {
+        let (_, byte, shift) = clog_position(xid % CLOG_XACTS_PER_PAGE);
+        page[byte] = (page[byte] & !(0b11 << shift)) | ((status & 0b11) << shift);
+    }
+}
+
+/// Clear `flags` of each heap block (all mapped by this VM page).
+pub fn vm_clear_flags(page: &mut [u8], heap_blknos: &[u32], flags: u8) {
+    assert_eq!(page.len(), BLCKSZ);
+    for &blk in heap_blknos {
+        let idx = blk % VM_HEAPBLOCKS_PER_PAGE;
+        let byte = SIZE_OF_PAGE_HEADER_DATA + (idx / VM_HEAPBLOCKS_PER_BYTE) as usize;
+        let shift = (idx % VM_HEAPBLOCKS_PER_BYTE) * VM_BITS_PER_HEAPBLOCK;
+        page[byte] &= !((flags & VM_VALID_BITS) << shift);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clog_and_vm_bits() {
+        let mut page = vec![0u8; BLCKSZ];
+        clog_set_status(&mut page, &[5, 32768 + 6], 1);
+        assert_eq!(page[1], (0b01 << 2) | (0b01 << 4));
+        assert_eq!(page.iter().filter(|b| **b != 0).count(), 1);
+        let mut vm = vec![0xffu8; BLCKSZ];
+        vm_clear_flags(&mut vm, &[1], 0b11);
+        assert_eq!(vm[SIZE_OF_PAGE_HEADER_DATA], 0b1111_0011);
+        assert_eq!(vm[SIZE_OF_PAGE_HEADER_DATA + 1], 0xff);
+    }
+}
