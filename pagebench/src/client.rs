@@ -28,7 +28,7 @@ use pageserver_api::pagestream::{
     PagestreamRequest,
 };
 use pageserver_api::reltag::RelTag;
-use postgres_protocol::message::backend::Message;
+use pq_proto::client::{put_copy_data_with, read_backend, terminate_message, BackendMessage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::AsyncWriteExt;
@@ -40,12 +40,8 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use crate::connstring::ConnString;
-use crate::get_page_latest_lsn::DRAIN_TIMEOUT;
 use crate::keyspace::RelBlockSpace;
-use crate::libpq::{
-    connect_pagestream, describe_error, put_copy_data_with, read_message, terminate_message,
-    Backend, Protocol,
-};
+use crate::pagestream_conn::{connect_pagestream, Protocol, DRAIN_TIMEOUT};
 use crate::stats::{LiveCounters, RequestStats};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -235,21 +231,19 @@ async fn run_session(
         loop {
             let msg = tokio::select! {
                 biased;
-                m = read_message(&mut rd, &mut buf) => m?,
+                m = read_backend(&mut rd, &mut buf) => m?,
                 _ = all_answered.cancelled() => return anyhow::Ok(()),
             };
             let body = match msg {
                 None => bail!("server closed the connection"),
-                Some(Backend::Msg(Message::CopyData(body))) => body,
-                Some(Backend::Msg(Message::NoticeResponse(_))) => continue,
-                Some(Backend::Msg(Message::ErrorResponse(e))) => {
-                    bail!("server ended the stream: {}", describe_error(&e))
-                }
+                Some(BackendMessage::CopyData(body)) => body,
+                Some(BackendMessage::NoticeResponse(_)) => continue,
+                Some(BackendMessage::ErrorResponse(e)) => bail!("server ended the stream: {e}"),
                 Some(_) => bail!("unexpected libpq message in the pagestream"),
             };
             let req = inflight.lock().unwrap().pop_front();
             let Some(req) = req else { bail!("response without an outstanding request") };
-            match check_response(body.into_bytes(), version, &req) {
+            match check_response(body, version, &req) {
                 Ok(Outcome::Page) => {
                     let latency = req.sent_at.elapsed();
                     stats.ok += 1;

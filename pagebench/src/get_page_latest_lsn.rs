@@ -23,8 +23,8 @@ use utils::lsn::Lsn;
 use crate::client::{run_client, ClientParams};
 use crate::connstring::ConnString;
 use crate::keyspace::RelBlockSpace;
-use crate::libpq::Protocol;
 use crate::mgmt_api::MgmtApiClient;
+use crate::pagestream_conn::Protocol;
 use crate::stats::{progress_line, LiveCounters, Report, RequestStats};
 
 #[derive(clap::Args, Debug)]
@@ -63,9 +63,6 @@ pub struct Args {
     /// `tenant_id/timeline_id` targets; default: every timeline of every tenant.
     targets: Vec<String>,
 }
-
-/// Upper bound on a drain after the runtime is over.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Target {

@@ -7,8 +7,8 @@ mod client;
 mod connstring;
 mod get_page_latest_lsn;
 mod keyspace;
-mod libpq;
 mod mgmt_api;
+mod pagestream_conn;
 mod stats;
 
 use clap::Parser;

@@ -627,4 +627,6 @@ impl PagestreamBeMessage {
 }
 
 #[cfg(test)]
+mod golden;
+#[cfg(test)]
 mod tests;

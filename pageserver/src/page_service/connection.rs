@@ -24,10 +24,11 @@ use utils::id::{TenantId, TimelineId};
 
 use super::auth::{check_permission, Claims};
 use super::error::{sqlstate, QueryError};
-use super::libpq::{be, single_cstr, FrameReader, FrameWriter, StartupPacket};
 use super::{stream, ServiceState};
 use crate::metrics::page_service::METRICS;
 use pageserver_api::config::AuthType;
+use pq_proto::backend as be;
+use pq_proto::{single_cstr, FrameReader, FrameWriter, StartupPacket};
 
 /// How many SSLRequest/GSSENCRequest packets a client may send before its startup packet.
 const MAX_NEGOTIATION_PACKETS: usize = 4;
@@ -179,7 +180,7 @@ impl Connection {
         for _ in 0..=MAX_NEGOTIATION_PACKETS {
             let cancel = self.cancel.clone();
             match self.reader().read_startup(&cancel).await? {
-                None | Some(StartupPacket::CancelRequest) => return Ok(false),
+                None | Some(StartupPacket::CancelRequest { .. }) => return Ok(false),
                 Some(StartupPacket::SslRequest | StartupPacket::GssEncRequest) => {
                     be::encryption_refused(self.writer.buf());
                     self.writer.flush(&self.cancel).await?;

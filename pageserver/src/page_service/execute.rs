@@ -28,10 +28,10 @@ use utils::lsn::Lsn;
 
 use super::batch::{smgr_query_type, BatchedFeMessage, GetPageBatch};
 use super::error::{PageStreamError, QueryError};
-use super::libpq::FrameWriter;
 use crate::metrics::page_service::{BatchBreakReason, SmgrQueryType, METRICS};
 use crate::pgdatadir_mapping as datadir;
 use crate::tenant::{ReadKind, Timeline};
+use pq_proto::FrameWriter;
 
 /// Every read of the page service is labelled so in the storage metrics.
 const PAGE_READ: ReadKind = ReadKind::PageRequestHandler;
@@ -55,7 +55,7 @@ fn encode_error(
     debug!(reqid = hdr.reqid, "pagestream request failed: {err}");
     let msg =
         PagestreamBeMessage::Error(PagestreamErrorResponse { req: hdr, message: err.to_string() });
-    out.pagestream(&msg, v);
+    write_response(out, &msg, v);
 }
 
 /// Waits until `lsn` is readable, if it is not already; observes the wait.
@@ -94,7 +94,7 @@ pub async fn execute(
                     return Ok(());
                 }
             };
-            out.pagestream(&msg, ctx.version);
+            write_response(out, &msg, ctx.version);
             METRICS.smgr_query_seconds(kind).observe(started.elapsed().as_secs_f64());
             Ok(())
         }
@@ -183,7 +183,7 @@ async fn execute_getpages(
                             req: item.req,
                             page,
                         });
-                        out.pagestream(&msg, ctx.version);
+                        write_response(out, &msg, ctx.version);
                     }
                     Ok(page) => {
                         let err = PageStreamError::Read(format!(
@@ -215,4 +215,10 @@ async fn execute_getpages(
         hist.observe(elapsed);
     }
     Ok(())
+}
+
+/// One pagestream response in one CopyData; a page or SLRU segment is
+/// referenced, not copied (see `FrameWriter::copy_data_with_body`).
+fn write_response(out: &mut FrameWriter, msg: &PagestreamBeMessage, v: PagestreamProtocolVersion) {
+    out.copy_data_with_body(msg.serialized_len(v), |buf| msg.serialize_head_into(buf, v));
 }

@@ -3,7 +3,7 @@
 //! compute and pagebench. See `docs/page-service.md` and `docs/protocol.md`.
 //!
 //! Files:
-//! - `libpq`: framing of frontend messages, backend message encoders;
+//! - libpq framing and messages: `libs/pq_proto` (server side);
 //! - `auth`: JWT (EdDSA) validation and per-tenant permission checks;
 //! - `connection`: one session: startup, auth, simple queries, pagestream command;
 //! - `stream`: one pagestream: request reading, end conditions, mode dispatch;
@@ -26,7 +26,6 @@ mod batch;
 mod connection;
 mod error;
 mod execute;
-mod libpq;
 mod pipelined;
 mod request;
 mod serial;
@@ -46,7 +45,7 @@ use tracing::{info, warn};
 pub use auth::{check_permission, AuthError, Claims, JwtAuth};
 pub use batch::effective_lsn;
 pub use error::{PageStreamError, QueryError};
-pub use libpq::MAX_MESSAGE_LEN;
+pub use pq_proto::MAX_MESSAGE_LEN;
 
 use crate::metrics;
 use crate::tenant::mgr::TenantManager;

@@ -78,9 +78,9 @@ use utils::spsc_fold;
 use super::batch::{self, BatchedFeMessage};
 use super::error::QueryError;
 use super::execute::{execute, ExecCtx};
-use super::libpq::{FrameReader, FrameWriter};
 use super::request::next_request;
 use crate::tenant::Timeline;
+use pq_proto::{FrameReader, FrameWriter};
 
 pub async fn run(
     reader: FrameReader,

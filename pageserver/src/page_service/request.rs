@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::batch::{prepare, BatchedFeMessage};
 use super::error::{sqlstate, QueryError};
-use super::libpq::FrameReader;
 use crate::tenant::Timeline;
+use pq_proto::FrameReader;
 
 /// Reads the next request and prepares it for the executor. `Ok(None)`:
 /// the client ended the stream cleanly. Stream-ending protocol errors come

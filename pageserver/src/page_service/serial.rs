@@ -10,9 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::QueryError;
 use super::execute::{execute, ExecCtx};
-use super::libpq::{FrameReader, FrameWriter};
 use super::request::next_request;
 use crate::tenant::Timeline;
+use pq_proto::{FrameReader, FrameWriter};
 
 pub async fn run(
     reader: &mut FrameReader,

@@ -21,9 +21,9 @@ use pageserver_api::pagestream::PagestreamProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
 use super::error::QueryError;
-use super::libpq::{FrameReader, FrameWriter};
 use super::{pipelined, serial};
 use crate::tenant::Timeline;
+use pq_proto::{FrameReader, FrameWriter};
 
 /// Runs the pagestream of `tl` until it ends (see the module comment).
 /// Gives the reader back unless a reader task failed.

@@ -231,24 +231,11 @@ pub struct PgError {
     pub message: String,
 }
 
-pub fn parse_error_fields(mut body: &[u8]) -> PgError {
-    let mut e = PgError { severity: String::new(), code: String::new(), message: String::new() };
-    loop {
-        let t = body.get_u8();
-        if t == 0 {
-            break;
-        }
-        let nul = body.iter().position(|&b| b == 0).expect("NUL-terminated field");
-        let v = String::from_utf8(body[..nul].to_vec()).unwrap();
-        body.advance(nul + 1);
-        match t {
-            b'S' => e.severity = v,
-            b'C' => e.code = v,
-            b'M' => e.message = v,
-            _ => {}
-        }
-    }
-    assert!(body.is_empty(), "bytes after the ErrorResponse terminator");
+/// ErrorResponse fields, decoded by `pq_proto` (which refuses trailing
+/// bytes and unterminated fields).
+pub fn parse_error_fields(body: &[u8]) -> PgError {
+    let f = pq_proto::ErrorFields::parse(body).expect("a well-formed ErrorResponse");
+    let e = PgError { severity: f.severity, code: f.code, message: f.message };
     assert!(!e.severity.is_empty() && e.code.len() == 5 && !e.message.is_empty(), "{e:?}");
     e
 }
@@ -300,15 +287,11 @@ impl PgConn {
     /// The next backend message `(tag, body)`, or `None` on EOF (or reset).
     pub async fn read_msg(&mut self) -> Option<(u8, Bytes)> {
         loop {
-            if self.rbuf.len() >= 5 {
-                let len = u32::from_be_bytes(self.rbuf[1..5].try_into().unwrap()) as usize;
-                assert!(len >= 4);
-                if self.rbuf.len() > len {
-                    let tag = self.rbuf[0];
-                    let mut m = self.rbuf.split_to(1 + len);
-                    m.advance(5);
-                    return Some((tag, m.freeze()));
-                }
+            let head = pq_proto::parse_frame(&self.rbuf, usize::MAX - 5).expect("a valid frame");
+            if let Some(head) = head {
+                let mut m = self.rbuf.split_to(head.total_len());
+                m.advance(5);
+                return Some((head.tag, m.freeze()));
             }
             if !self.fill().await {
                 assert!(self.rbuf.is_empty(), "EOF in the middle of a message");

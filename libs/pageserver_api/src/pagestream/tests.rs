@@ -8,7 +8,7 @@ use PagestreamProtocolVersion::{V2, V3};
 const REL: RelTag = RelTag { spcnode: 0x0000_067F, dbnode: 5, relnode: 0x4000, forknum: 2 };
 const REL_BYTES: [u8; 13] = [0, 0, 6, 0x7F, 0, 0, 0, 5, 0, 0, 0x40, 0, 2];
 
-fn hdr() -> PagestreamRequest {
+pub(super) fn hdr() -> PagestreamRequest {
     PagestreamRequest {
         reqid: 0x0102_0304_0506_0708,
         request_lsn: Lsn(0x0000_0001_0000_00AA),
@@ -24,7 +24,7 @@ fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
-fn requests() -> Vec<(PagestreamFeMessage, Vec<u8>)> {
+pub(super) fn requests() -> Vec<(PagestreamFeMessage, Vec<u8>)> {
     let h = hdr();
     vec![
         (
@@ -59,7 +59,7 @@ fn requests() -> Vec<(PagestreamFeMessage, Vec<u8>)> {
 }
 
 /// (tag, body) -> full encoding for `version`.
-fn request_bytes(tag_and_body: &[u8], version: PagestreamProtocolVersion) -> Vec<u8> {
+pub(super) fn request_bytes(tag_and_body: &[u8], version: PagestreamProtocolVersion) -> Vec<u8> {
     let (tag, body) = tag_and_body.split_at(1);
     match version {
         V2 => cat(&[tag, &V2_LSNS, body]),
@@ -145,7 +145,7 @@ fn request_decoder_rejects_every_truncation_and_trailing_bytes() {
     );
 }
 
-fn page(fill: u8) -> Bytes {
+pub(super) fn page(fill: u8) -> Bytes {
     let mut p = vec![fill; BLCKSZ];
     p[0] = 0xA5;
     p[BLCKSZ - 1] = 0x5A;
@@ -157,7 +157,7 @@ fn v3_hdr_bytes(tag: u8) -> Vec<u8> {
 }
 
 /// Every response with its expected v2 and v3 encodings.
-fn responses() -> Vec<(PagestreamBeMessage, Vec<u8>, Vec<u8>)> {
+pub(super) fn responses() -> Vec<(PagestreamBeMessage, Vec<u8>, Vec<u8>)> {
     let h = hdr();
     let pg = page(0x11);
     let seg = Bytes::from([page(1), page(2)].concat());
@@ -214,7 +214,7 @@ fn responses() -> Vec<(PagestreamBeMessage, Vec<u8>, Vec<u8>)> {
 }
 
 /// What a v2 decoder sees: no request fields.
-fn strip_request(msg: &PagestreamBeMessage) -> PagestreamBeMessage {
+pub(super) fn strip_request(msg: &PagestreamBeMessage) -> PagestreamBeMessage {
     let z = PagestreamRequest::default();
     let mut m = msg.clone();
     match &mut m {

@@ -146,7 +146,7 @@ async fn run(seed: u64, steps: usize, skip: Option<fn(&Path) -> bool>) -> Result
     let mut oracle = Oracle::new();
     let (mut lsn, mut acked) = (INITIAL, INITIAL);
     let mut summary = Summary::default();
-    for step in 0..steps {
+    for _ in 0..steps {
         let tl = env.timeline();
         let crash_now = rng.gen_range(0..100) < 6;
         if crash_now {

@@ -1,0 +1,21 @@
+//! libpq (the PostgreSQL v3 wire protocol) for both directions, shared by
+//! the page service (server), pagebench and the tests (clients), and the
+//! WAL receiver (client, `replication=true`).
+//!
+//! Files: `framing` (pure decoders: startup packet, tagged frames, strings,
+//! error fields; fuzzed), `backend` (encoders of server messages),
+//! `server` (socket reader/writer of a server session), `client` (a client
+//! session and backend-message decoding), `error` (`QueryError`, SQLSTATEs).
+
+pub mod backend;
+pub mod client;
+pub mod error;
+pub mod framing;
+pub mod server;
+
+pub use error::{sqlstate, QueryError};
+pub use framing::{
+    parse_frame, parse_startup, read_cstr, single_cstr, ErrorFields, StartupPacket,
+    MAX_MESSAGE_LEN, MAX_STARTUP_LEN, MIN_STARTUP_LEN,
+};
+pub use server::{Frame, FrameReader, FrameWriter};
