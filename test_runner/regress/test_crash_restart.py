@@ -97,7 +97,12 @@ def discover_failpoints() -> list[str]:
     for p in (REPO_ROOT / "pageserver" / "src").rglob("*.rs"):
         if p.name == "tests.rs" or p.name.endswith("_tests.rs"):
             continue  # unit tests exercise the mechanism with names of their own
-        names.update(re.findall(r'failpoint\(\s*"([^"]+)"', p.read_text(errors="replace")))
+        text = p.read_text(errors="replace")
+        names.update(re.findall(r'failpoint\(\s*"([^"]+)"', text))
+        # A crash-safe write (`TempFile`) named with a prefix has a failpoint
+        # before its fsync, before its rename and after its rename.
+        for prefix in re.findall(r'with_failpoints\(\s*"([^"]+)"', text):
+            names.update(f"{prefix}::{step}" for step in ("before-fsync", "before-rename", "after-rename"))
     return sorted(names)
 
 
