@@ -25,6 +25,51 @@ mod sim_crash;
 
 type Oracle = BTreeMap<Key, Vec<(Lsn, Value)>>;
 
+/// How `random_batch` draws a "WAL record".
+#[derive(Clone, Copy)]
+struct BatchShape {
+    /// Values per batch: 1..max_values (fewer if a key repeats).
+    max_values: usize,
+    max_image_len: usize,
+    /// Chance that a record re-initializes its key.
+    will_init: f64,
+}
+
+impl BatchShape {
+    const MODEL: BatchShape = BatchShape { max_values: 6, max_image_len: 300, will_init: 0.05 };
+}
+
+/// A few values at `lsn`, on distinct keys: images (an 8 KiB page one time
+/// in five) or test records appending to an existing value.
+fn random_batch(
+    rng: &mut StdRng,
+    keys: &[Key],
+    oracle: &Oracle,
+    lsn: Lsn,
+    shape: BatchShape,
+) -> Vec<(Key, Lsn, Value)> {
+    let mut batch: Vec<(Key, Lsn, Value)> = Vec::new();
+    for _ in 0..rng.gen_range(1..shape.max_values) {
+        let key = keys[rng.gen_range(0..keys.len())];
+        if batch.iter().any(|(k, _, _)| *k == key) {
+            continue;
+        }
+        let has_base = oracle.get(&key).is_some_and(|h| !h.is_empty());
+        let v = if !has_base || rng.gen_bool(0.3) {
+            let len = if rng.gen_bool(0.2) { 8192 } else { rng.gen_range(1..shape.max_image_len) };
+            Value::Image((0..len).map(|_| rng.gen()).collect::<Vec<u8>>().into())
+        } else {
+            let append: Vec<u8> = (0..rng.gen_range(1..20)).map(|_| rng.gen()).collect();
+            Value::Record(Record::Test {
+                append: append.into(),
+                will_init: rng.gen_bool(shape.will_init),
+            })
+        };
+        batch.push((key, lsn, v));
+    }
+    batch
+}
+
 fn expected(oracle: &Oracle, key: Key, lsn: Lsn) -> Option<Vec<u8>> {
     let mut state: Option<Vec<u8>> = None;
     for (l, v) in oracle.get(&key)?.iter().take_while(|(l, _)| *l <= lsn) {
@@ -120,22 +165,7 @@ async fn randomized_model() {
         // One "WAL record": a few values at a new LSN.
         lsn = lsn + rng.gen_range(1..64) * 8;
         let tl = env.timeline();
-        let mut batch = Vec::new();
-        for _ in 0..rng.gen_range(1..6) {
-            let key = keys[rng.gen_range(0..keys.len())];
-            if batch.iter().any(|(k, _, _)| *k == key) {
-                continue;
-            }
-            let has_base = oracle.get(&key).is_some_and(|h| !h.is_empty());
-            let v = if !has_base || rng.gen_bool(0.3) {
-                let len = if rng.gen_bool(0.2) { 8192 } else { rng.gen_range(1..300) };
-                Value::Image((0..len).map(|_| rng.gen()).collect::<Vec<u8>>().into())
-            } else {
-                let append: Vec<u8> = (0..rng.gen_range(1..20)).map(|_| rng.gen()).collect();
-                Value::Record(Record::Test { append: append.into(), will_init: rng.gen_bool(0.05) })
-            };
-            batch.push((key, lsn, v));
-        }
+        let batch = random_batch(&mut rng, &keys, &oracle, lsn, BatchShape::MODEL);
         {
             let mut w = tl.writer().await;
             w.put_batch(&batch).await.unwrap();

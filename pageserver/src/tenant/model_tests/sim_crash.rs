@@ -30,7 +30,9 @@ use utils::lsn::Lsn;
 use super::super::mgr::TenantManager;
 use super::super::value::{Record, Value};
 use super::super::{StorageConf, Timeline};
-use super::{expected, Oracle};
+use super::{expected, random_batch, BatchShape, Oracle};
+
+const SIM_SHAPE: BatchShape = BatchShape { max_values: 5, max_image_len: 600, will_init: 0.0 };
 
 /// What one run saw.
 #[derive(Debug, Default)]
@@ -83,31 +85,6 @@ async fn setup(seed: u64, skip: Option<fn(&Path) -> bool>) -> SimEnv {
 
 const INITIAL: Lsn = Lsn(0x100);
 
-fn random_batch(
-    rng: &mut StdRng,
-    keys: &[Key],
-    oracle: &Oracle,
-    lsn: Lsn,
-) -> Vec<(Key, Lsn, Value)> {
-    let mut batch: Vec<(Key, Lsn, Value)> = Vec::new();
-    for _ in 0..rng.gen_range(1..5) {
-        let key = keys[rng.gen_range(0..keys.len())];
-        if batch.iter().any(|(k, _, _)| *k == key) {
-            continue;
-        }
-        let has_base = oracle.get(&key).is_some_and(|h| !h.is_empty());
-        let v = if !has_base || rng.gen_bool(0.3) {
-            let len = if rng.gen_bool(0.2) { 8192 } else { rng.gen_range(1..600) };
-            Value::Image((0..len).map(|_| rng.gen()).collect::<Vec<u8>>().into())
-        } else {
-            let append: Vec<u8> = (0..rng.gen_range(1..20)).map(|_| rng.gen()).collect();
-            Value::Record(Record::Test { append: append.into(), will_init: false })
-        };
-        batch.push((key, lsn, v));
-    }
-    batch
-}
-
 /// Every key at `lsn` and at one random LSN below it, against the oracle.
 async fn check_all(
     tl: &Timeline,
@@ -154,7 +131,7 @@ async fn run(seed: u64, steps: usize, skip: Option<fn(&Path) -> bool>) -> Result
         }
         // Ingest one "WAL record"; under a power loss it may fail midway.
         let next = lsn + rng.gen_range(1..64) * 8;
-        let batch = random_batch(&mut rng, &keys, &oracle, next);
+        let batch = random_batch(&mut rng, &keys, &oracle, next, SIM_SHAPE);
         let ingested = {
             let mut w = tl.writer().await;
             let res = w.put_batch(&batch).await;
