@@ -47,15 +47,22 @@ pub struct TenantCreateResponse {
 }
 
 /// A `{"slug": "..."}` object, the form Neon uses for tenant state and
-/// attachment status.
+/// attachment status; a Broken tenant carries `"data": {"reason": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slug {
     pub slug: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
 }
 
 impl Slug {
     pub fn new(s: &str) -> Slug {
-        Slug { slug: s.to_string() }
+        Slug { slug: s.to_string(), data: None }
+    }
+
+    /// `{"slug": "Broken", "data": {"reason": reason}}`.
+    pub fn broken(reason: &str) -> Slug {
+        Slug { slug: "Broken".to_string(), data: Some(serde_json::json!({ "reason": reason })) }
     }
 }
 
@@ -63,7 +70,8 @@ impl Slug {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantInfo {
     pub id: TenantId,
-    /// `{"slug": "Active"}` for every tenant the API lists.
+    /// `{"slug": "Active"}`, or `{"slug": "Broken", "data": {"reason": ...}}`
+    /// for a tenant that could not be loaded.
     pub state: Slug,
     /// Bytes of layer files on disk.
     pub current_physical_size: Option<u64>,

@@ -70,6 +70,7 @@ impl From<TenantError> for ApiError {
             TenantError::AlreadyExists(_) => ApiError::Conflict(e.to_string()),
             TenantError::InvalidArgument(_) => ApiError::BadRequest(e.to_string()),
             TenantError::ShuttingDown => ApiError::ShuttingDown,
+            TenantError::Broken { .. } => ApiError::Conflict(e.to_string()),
             TenantError::Other(e) => ApiError::Internal(e),
         }
     }

@@ -14,7 +14,7 @@ use utils::id::TenantId;
 use super::error::ApiError;
 use super::extract::{JsonBody, TenantPath};
 use super::HttpState;
-use crate::tenant::Tenant;
+use crate::tenant::{Tenant, TenantError};
 
 fn tenant_info(tenant: &Tenant) -> TenantInfo {
     TenantInfo {
@@ -36,10 +36,21 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(TenantCreateResponse { id: tenant.id() })))
 }
 
-/// `GET /v1/tenant`: every tenant, sorted by id.
+fn broken_info(id: TenantId, reason: &str) -> TenantInfo {
+    TenantInfo {
+        id,
+        state: Slug::broken(reason),
+        current_physical_size: None,
+        attachment_status: Slug::new("attached"),
+        generation: 1,
+    }
+}
+
+/// `GET /v1/tenant`: every tenant (Broken ones with their reason), sorted by id.
 pub async fn list(State(state): State<HttpState>) -> Json<Vec<TenantInfo>> {
     let mut infos: Vec<TenantInfo> =
         state.tenants.list_tenants().iter().map(|t| tenant_info(t)).collect();
+    infos.extend(state.tenants.list_broken().iter().map(|(id, reason)| broken_info(*id, reason)));
     infos.sort_by_key(|i| i.id);
     Json(infos)
 }
@@ -49,7 +60,13 @@ pub async fn get(
     State(state): State<HttpState>,
     TenantPath(id): TenantPath,
 ) -> Result<Json<TenantDetails>, ApiError> {
-    let tenant = state.tenants.get_tenant(id)?;
+    let tenant = match state.tenants.get_tenant(id) {
+        Err(TenantError::Broken { id, reason }) => {
+            let info = broken_info(id, &reason);
+            return Ok(Json(TenantDetails { info, walredo: None, timelines: Vec::new() }));
+        }
+        other => other?,
+    };
     let mut timelines: Vec<_> = tenant.list_timelines().iter().map(|t| t.timeline_id).collect();
     timelines.sort();
     Ok(Json(TenantDetails { info: tenant_info(&tenant), walredo: None, timelines }))

@@ -5,8 +5,8 @@ use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use prometheus::{
-    register_histogram, register_histogram_vec, register_int_counter, Histogram, HistogramVec,
-    IntCounter,
+    register_histogram, register_histogram_vec, register_int_counter, register_int_gauge,
+    Histogram, HistogramVec, IntCounter, IntGauge,
 };
 
 use super::LATENCY_SECONDS_BUCKETS;
@@ -53,6 +53,12 @@ pub static GET_VECTORED_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
 /// like the `read_kinds` given to `register` (no label lookup per read).
 static GET_VECTORED_BY_KIND: OnceLock<Vec<Histogram>> = OnceLock::new();
 
+/// Tenants that could not be loaded at start-up (Broken), until deleted.
+pub static BROKEN_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("pageserver_broken_tenants_count", "Tenants in the Broken state")
+        .expect("register metric")
+});
+
 pub static INGEST_BACKPRESSURE: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "pageserver_ingest_backpressure_waits_total",
@@ -71,6 +77,7 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&VECTORED_READ_CHUNKS);
     LazyLock::force(&VECTORED_READ_BYTES);
     LazyLock::force(&INGEST_BACKPRESSURE);
+    LazyLock::force(&BROKEN_TENANTS);
 }
 
 pub fn record_flush(elapsed: Duration, bytes: u64) {

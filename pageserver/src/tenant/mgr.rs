@@ -4,14 +4,22 @@
 //! built as `<id>.___temp`, fsynced, renamed into place and the parent
 //! directory fsynced. Deletion renames to `<id>.___deleted` first. Start-up
 //! removes leftovers of both.
+//!
+//! A tenant that cannot be loaded (a damaged layer or metadata file, a
+//! missing directory) does not stop start-up: it is kept as Broken with the
+//! reason (logged at ERROR, counted in `pageserver_broken_tenants_count`),
+//! every request for it gets an error naming it, and deleting it works.
+//! Every other tenant loads and serves.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use utils::id::{TenantId, TimelineId};
+
+use crate::metrics::storage as metrics;
 
 use super::{
     remove_dir_durably, Globals, StorageConf, Tenant, TenantError, Timeline, DELETED_SUFFIX,
@@ -22,6 +30,8 @@ pub struct TenantManager {
     globals: Arc<Globals>,
     cancel: CancellationToken,
     tenants: RwLock<HashMap<TenantId, Arc<Tenant>>>,
+    /// Tenants that failed to load: id -> reason.
+    broken: RwLock<HashMap<TenantId, String>>,
     creating: Mutex<HashSet<TenantId>>,
 }
 
@@ -36,6 +46,7 @@ impl TenantManager {
         engine.create_dir_all(&dir).await?;
         let globals = Arc::new(Globals::default());
         let mut tenants = HashMap::new();
+        let mut broken = HashMap::new();
         for entry in engine.read_dir(&dir).await? {
             let name = entry.name_lossy();
             let path = dir.join(&entry.name);
@@ -48,17 +59,25 @@ impl TenantManager {
                 warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
-            let t = Tenant::load(conf.clone(), globals.clone(), id, path, cancel.child_token())
-                .await
-                .with_context(|| format!("load tenant {id}"))?;
-            tenants.insert(id, t);
+            match Tenant::load(conf.clone(), globals.clone(), id, path, cancel.child_token()).await {
+                Ok(t) => {
+                    tenants.insert(id, t);
+                }
+                Err(e) => {
+                    let reason = format!("{e:#}");
+                    error!("tenant {id} is broken and will not be served: {reason}");
+                    broken.insert(id, reason);
+                }
+            }
         }
-        info!("loaded {} tenants from {}", tenants.len(), dir.display());
+        metrics::BROKEN_TENANTS.set(broken.len() as i64);
+        info!("loaded {} tenants from {} ({} broken)", tenants.len(), dir.display(), broken.len());
         Ok(Arc::new(TenantManager {
             conf,
             globals,
             cancel,
             tenants: RwLock::new(tenants),
+            broken: RwLock::new(broken),
             creating: Mutex::new(HashSet::new()),
         }))
     }
@@ -72,6 +91,7 @@ impl TenantManager {
             return Err(TenantError::ShuttingDown);
         }
         if self.tenants.read().unwrap().contains_key(&id)
+            || self.broken.read().unwrap().contains_key(&id)
             || !self.creating.lock().unwrap().insert(id)
         {
             return Err(TenantError::AlreadyExists(format!("tenant {id}")));
@@ -108,12 +128,21 @@ impl TenantManager {
     }
 
     pub fn get_tenant(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
-        self.tenants
-            .read()
-            .unwrap()
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))
+        if let Some(t) = self.tenants.read().unwrap().get(&id) {
+            return Ok(t.clone());
+        }
+        match self.broken.read().unwrap().get(&id) {
+            Some(reason) => Err(TenantError::Broken { id, reason: reason.clone() }),
+            None => Err(TenantError::NotFound(format!("tenant {id}"))),
+        }
+    }
+
+    /// Tenants that could not be loaded, with the reason, sorted by id.
+    pub fn list_broken(&self) -> Vec<(TenantId, String)> {
+        let mut v: Vec<_> =
+            self.broken.read().unwrap().iter().map(|(id, r)| (*id, r.clone())).collect();
+        v.sort();
+        v
     }
 
     pub fn list_tenants(&self) -> Vec<Arc<Tenant>> {
@@ -131,13 +160,16 @@ impl TenantManager {
     }
 
     pub async fn delete_tenant(&self, id: TenantId) -> Result<(), TenantError> {
-        let t = self
-            .tenants
-            .write()
-            .unwrap()
-            .remove(&id)
-            .ok_or_else(|| TenantError::NotFound(format!("tenant {id}")))?;
-        t.shutdown(false).await;
+        let removed = self.tenants.write().unwrap().remove(&id);
+        match removed {
+            Some(t) => t.shutdown(false).await,
+            None => {
+                if self.broken.write().unwrap().remove(&id).is_none() {
+                    return Err(TenantError::NotFound(format!("tenant {id}")));
+                }
+                metrics::BROKEN_TENANTS.dec();
+            }
+        }
         remove_dir_durably(&self.conf, &self.conf.tenants_dir().join(id.to_string())).await?;
         info!("deleted tenant {id}");
         Ok(())
@@ -151,3 +183,6 @@ impl TenantManager {
         self.cancel.cancel();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -87,6 +87,9 @@ pub enum TenantError {
     InvalidArgument(String),
     #[error("shutting down")]
     ShuttingDown,
+    /// The tenant could not be loaded at start-up; only deletion works.
+    #[error("tenant {id} is broken: {reason}")]
+    Broken { id: TenantId, reason: String },
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }

@@ -28,7 +28,6 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::super::mgr::TenantManager;
-use super::super::value::{Record, Value};
 use super::super::{StorageConf, Timeline};
 use super::{expected, random_batch, BatchShape, Oracle};
 
@@ -63,6 +62,9 @@ impl SimEnv {
         self.mgr = TenantManager::load(self.conf.clone(), CancellationToken::new())
             .await
             .map_err(|e| format!("start-up after a crash failed: {e:#}"))?;
+        if let Some((id, reason)) = self.mgr.list_broken().into_iter().next() {
+            return Err(format!("start-up after a crash failed: tenant {id} is broken: {reason}"));
+        }
         Ok(())
     }
 }
