@@ -8,12 +8,12 @@
 //!
 //! Invariants: the value never goes backwards (`advance` to a lower value
 //! is a bug: it panics in debug builds and is ignored in release builds);
-//! every waiter in the queue waits for an LSN above the current value
-//! (checked under the same lock as `advance`, so no wake-up is lost).
+//! no wake-up is lost (see `SeqWait::waiting` for the ordering argument);
+//! `advance` takes no lock when nobody waits.
 //! Waiting is bounded by a timeout and by a cancellation token.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -37,8 +37,17 @@ struct Queue {
 }
 
 pub struct SeqWait {
-    /// The current value; written only under `queue`'s lock, read without it.
+    /// The current value; written only by `advance`, read without a lock.
     current: AtomicU64,
+    /// Waiters in `queue` (or about to be). Lets `advance` skip the lock
+    /// when nobody waits — the common case on the ingest path (one
+    /// `advance` per WAL record). Lost wake-ups are impossible: a waiter
+    /// increments this (SeqCst) *before* it re-reads `current` (SeqCst), and
+    /// `advance` stores `current` (SeqCst) *before* it reads this (SeqCst);
+    /// in the single total order either `advance` sees the waiter (and then
+    /// takes the lock, which the waiter holds until it is queued), or the
+    /// waiter sees the new value and does not queue.
+    waiting: AtomicUsize,
     queue: Mutex<Queue>,
 }
 
@@ -51,6 +60,7 @@ struct Registration<'a> {
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
         self.sw.queue.lock().unwrap().waiters.remove(&self.key);
+        self.sw.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -58,6 +68,7 @@ impl SeqWait {
     pub fn new(initial: Lsn) -> Self {
         SeqWait {
             current: AtomicU64::new(initial.0),
+            waiting: AtomicUsize::new(0),
             queue: Mutex::new(Queue { waiters: BTreeMap::new(), next_id: 0 }),
         }
     }
@@ -72,15 +83,18 @@ impl SeqWait {
     }
 
     /// Move the value forward and wake exactly the waiters whose LSN is
-    /// now reached.
+    /// now reached. One caller at a time (the timeline's single writer).
     pub fn advance(&self, to: Lsn) {
-        let mut q = self.queue.lock().unwrap();
         let cur = self.load();
         debug_assert!(to >= cur, "SeqWait moved backwards: {cur} -> {to}");
         if to <= cur {
             return;
         }
-        self.current.store(to.0, Ordering::Release);
+        self.current.store(to.0, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut q = self.queue.lock().unwrap();
         while let Some(entry) = q.waiters.first_entry() {
             if entry.key().0 > to {
                 break;
@@ -102,8 +116,10 @@ impl SeqWait {
         }
         let (rx, _registration) = {
             let mut q = self.queue.lock().unwrap();
-            let cur = self.load(); // re-check under the lock `advance` holds
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let cur = Lsn(self.current.load(Ordering::SeqCst)); // see `waiting`
             if cur >= wanted {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
                 return Ok(cur);
             }
             let (tx, rx) = oneshot::channel();
@@ -185,6 +201,39 @@ mod tests {
         let err = sw.wait_for(Lsn(2), Duration::from_secs(10), &cancel).await.unwrap_err();
         assert_eq!(err, SeqWaitError::Cancelled);
         assert_eq!(sw.waiter_count(), 0);
+    }
+
+    /// Racing waiters and an advancer on several threads: every waiter
+    /// wakes (none is lost between its check and its queueing).
+    #[test]
+    fn no_lost_wakeups_under_races() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for round in 0..200u64 {
+                let sw = Arc::new(SeqWait::new(Lsn(0)));
+                let cancel = CancellationToken::new();
+                let waiters: Vec<_> = (1..=8u64)
+                    .map(|i| {
+                        let (sw, c) = (sw.clone(), cancel.clone());
+                        tokio::spawn(async move {
+                            sw.wait_for(Lsn(i), Duration::from_secs(5), &c).await
+                        })
+                    })
+                    .collect();
+                for i in 1..=8u64 {
+                    sw.advance(Lsn(i));
+                    tokio::task::yield_now().await;
+                }
+                for w in waiters {
+                    assert!(w.await.unwrap().is_ok(), "round {round}: a waiter was not woken");
+                }
+                assert_eq!(sw.waiter_count(), 0);
+            }
+        });
     }
 
     #[tokio::test]

@@ -59,7 +59,8 @@ impl TenantManager {
                 warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
-            match Tenant::load(conf.clone(), globals.clone(), id, path, cancel.child_token()).await {
+            match Tenant::load(conf.clone(), globals.clone(), id, path, cancel.child_token()).await
+            {
                 Ok(t) => {
                     tenants.insert(id, t);
                 }
