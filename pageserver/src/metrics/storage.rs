@@ -53,6 +53,15 @@ pub static GET_VECTORED_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
 /// like the `read_kinds` given to `register` (no label lookup per read).
 static GET_VECTORED_BY_KIND: OnceLock<Vec<Histogram>> = OnceLock::new();
 
+/// Corrupt values found while serving reads (checksum or framing errors).
+pub static LAYER_CORRUPTION_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_layer_corruption_errors_total",
+        "Corrupt values found in layer files while serving reads"
+    )
+    .expect("register metric")
+});
+
 /// Tenants that could not be loaded at start-up (Broken), until deleted.
 pub static BROKEN_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("pageserver_broken_tenants_count", "Tenants in the Broken state")
@@ -78,6 +87,7 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&VECTORED_READ_BYTES);
     LazyLock::force(&INGEST_BACKPRESSURE);
     LazyLock::force(&BROKEN_TENANTS);
+    LazyLock::force(&LAYER_CORRUPTION_ERRORS);
 }
 
 pub fn record_flush(elapsed: Duration, bytes: u64) {

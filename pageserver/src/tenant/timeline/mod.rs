@@ -38,10 +38,12 @@ use utils::seqwait::SeqWait;
 
 mod flush;
 mod load;
+mod log_limit;
 mod read;
 mod rel_size_cache;
 mod writer;
 
+use log_limit::PerKeyLogLimit;
 pub use rel_size_cache::RelSizeCache;
 pub use writer::TimelineWriter;
 
@@ -87,6 +89,8 @@ pub struct Timeline {
     pending_advance: Mutex<Option<Lsn>>,
     ephemeral_seq: AtomicU64,
     tasks: TaskTracker,
+    /// Rate limit of corruption ERROR lines, per layer file.
+    corruption_log: PerKeyLogLimit,
 }
 
 impl Timeline {
@@ -136,6 +140,7 @@ impl Timeline {
             pending_advance: Mutex::new(None),
             ephemeral_seq: AtomicU64::new(0),
             tasks: TaskTracker::new(),
+            corruption_log: PerKeyLogLimit::default(),
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);

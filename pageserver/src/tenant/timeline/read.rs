@@ -9,6 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use pageserver_api::key::Key;
 use tokio_util::sync::CancellationToken;
+use tracing::error;
 use utils::lsn::Lsn;
 use utils::seqwait::SeqWaitError;
 
@@ -54,7 +55,31 @@ impl Timeline {
             stats.chunks,
             stats.bytes,
         );
+        self.report_corruption(&results);
         Ok(results)
+    }
+
+    /// Corruption found while serving is loud: every corrupt value is
+    /// counted (`pageserver_layer_corruption_errors_total`) and logged at
+    /// ERROR with tenant, timeline, layer file, key and LSN, at most once
+    /// per `CORRUPTION_LOG_INTERVAL` per layer file.
+    fn report_corruption(&self, results: &[Result<Bytes, PageReconstructError>]) {
+        for r in results {
+            let Err(PageReconstructError::CorruptValue { key, lsn, layer, source }) = r else {
+                continue;
+            };
+            metrics::LAYER_CORRUPTION_ERRORS.inc();
+            if self.corruption_log.should_log(layer) {
+                error!(
+                    tenant_id = %self.tenant_id,
+                    timeline_id = %self.timeline_id,
+                    layer = %layer,
+                    key = %key,
+                    lsn = %lsn,
+                    "corrupt value in layer file {layer}: {source}"
+                );
+            }
+        }
     }
 
     pub async fn get(&self, key: Key, lsn: Lsn) -> Result<Bytes, PageReconstructError> {

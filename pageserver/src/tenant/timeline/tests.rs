@@ -110,7 +110,9 @@ async fn a_flipped_value_byte_is_an_error_naming_the_layer() {
     let conf = Arc::new(StorageConf::for_tests(dir.path()));
     let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
     let tl = mgr.get_timeline(t, tl).unwrap();
+    let before = crate::metrics::storage::LAYER_CORRUPTION_ERRORS.get();
     let err = tl.get(Key::MIN, Lsn(0x28)).await.unwrap_err();
+    assert!(crate::metrics::storage::LAYER_CORRUPTION_ERRORS.get() > before, "counted");
     let name = paths[1].file_name().unwrap().to_str().unwrap();
     assert!(
         matches!(&err, super::super::PageReconstructError::CorruptValue { layer, .. } if layer == name),
