@@ -16,6 +16,7 @@ pub mod page;
 pub mod paths;
 pub mod records;
 pub mod slru;
+pub mod wal;
 
 pub use consts::*;
 
