@@ -3,7 +3,8 @@
 //! `pageserver --workdir DIR [--config FILE] [-c key=value ...]`
 //!
 //! Start-up order: parse the command line, create and lock DIR (one daemon
-//! per workdir), load and validate the config (an error names the key and
+//! per workdir), raise the open-file limit to its hard limit, load and
+//! validate the config (an error names the key and
 //! exits 1 before anything else happens), set up logging, register metrics,
 //! bind both listeners, load the tenants, then serve. "pageserver started"
 //! is logged once both listeners accept connections.
@@ -107,33 +108,34 @@ fn prepare(args: &Args) -> anyhow::Result<(PageServerConf, std::fs::File)> {
     std::fs::create_dir_all(&args.workdir)
         .with_context(|| format!("cannot create workdir {}", args.workdir.display()))?;
     let lock = lock_workdir(&args.workdir)?;
+    // Before the config is validated: its descriptor budget is checked
+    // against the limit in force.
+    pageserver::config::fd_budget::raise_nofile_limit();
     let conf = PageServerConf::load(&args.workdir, args.config.as_deref(), &args.overrides)?;
     Ok((conf, lock))
 }
 
-/// Hold an exclusive `flock` on `DIR/pageserver.lock` for the life of the
-/// process, so two daemons never share a workdir. The kernel drops the lock
-/// when the process dies, however it dies.
+/// Hold an exclusive `flock` on the workdir directory itself for the life
+/// of the process, so two daemons never share a workdir. A lock file could
+/// be deleted under a running daemon (a second one would then lock a new
+/// file of the same name); the directory cannot be replaced while this
+/// daemon's files are in it, and a second daemon given any path to it
+/// (symlink, `..`) opens the same inode. The kernel drops the lock when the
+/// process dies, however it dies.
 fn lock_workdir(workdir: &Path) -> anyhow::Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    let path = workdir.join("pageserver.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
+    let dir = std::fs::File::open(workdir)
+        .with_context(|| format!("cannot open workdir {}", workdir.display()))?;
     // SAFETY: flock on a file descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
         let err = std::io::Error::last_os_error();
         anyhow::bail!(
-            "cannot lock {}: {err} (is another pageserver running in {}?)",
-            path.display(),
+            "cannot lock workdir {}: {err} (is another pageserver running there?)",
             workdir.display()
         );
     }
-    Ok(file)
+    Ok(dir)
 }
 
 /// Logs go to stderr, plain text or JSON; `RUST_LOG` filters (default `info`).
@@ -184,9 +186,9 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
             pg_listener,
             root.child_token(),
         )));
-    let http_state = HttpState { tenants: tenants.clone(), cancel: root.child_token() };
+    let http_state = HttpState::new(tenants.clone(), root.child_token(), &conf.http);
     let mut http_server: Option<JoinHandle<_>> =
-        Some(tokio::spawn(http::serve(http_listener, http_state)));
+        Some(tokio::spawn(http::serve(http_listener, http_state, conf.http.clone())));
     info!(listen_pg_addr = %pg_addr, listen_http_addr = %http_addr, "pageserver started");
 
     let mut sigint = signal(SignalKind::interrupt()).context("install SIGINT handler")?;

@@ -22,10 +22,34 @@ pub enum AuthType {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(tag = "mode", rename_all = "kebab-case", from = "PipeliningInput")]
 pub enum PageServicePipeliningConfig {
     Serial,
     Pipelined(PageServicePipeliningConfigPipelined),
+}
+
+/// What deserializes: serde ignores unknown fields beside the tag of a unit
+/// variant even with `deny_unknown_fields`, so `Serial` is read as an empty
+/// struct that refuses every field (`{mode = "serial", max_batch_size = 4}`
+/// is an error, as the same field with a typo in pipelined mode is).
+#[derive(Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+enum PipeliningInput {
+    Serial(SerialFields),
+    Pipelined(PageServicePipeliningConfigPipelined),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SerialFields {}
+
+impl From<PipeliningInput> for PageServicePipeliningConfig {
+    fn from(input: PipeliningInput) -> Self {
+        match input {
+            PipeliningInput::Serial(SerialFields {}) => PageServicePipeliningConfig::Serial,
+            PipeliningInput::Pipelined(p) => PageServicePipeliningConfig::Pipelined(p),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +120,9 @@ mod tests {
             r#"{"mode": "pipelined", "execution": "tasks"}"#,
             r#"{"mode": "pipelined", "max_batch_size": 4, "execution": "threads"}"#,
             r#"{"mode": "pipelined", "max_batch_size": 4, "execution": "tasks", "x": 1}"#,
+            r#"{"mode": "serial", "max_batch_size": 4}"#,
+            r#"{"mode": "serial", "execution": "threads"}"#,
+            r#"{"mode": "serial", "typo": true}"#,
         ] {
             assert!(parse(bad).is_err(), "{bad} must be rejected");
         }

@@ -111,6 +111,11 @@ pub struct TimelineCreateRequest {
 pub struct TimelineInfo {
     pub tenant_id: TenantId,
     pub timeline_id: TimelineId,
+    /// `"Active"`, or `{"Broken": {"reason": ..., "backtrace": ""}}` (Neon's
+    /// shape) for a timeline that could not be loaded; then every other
+    /// field is zero.
+    #[serde(default)]
+    pub state: TimelineState,
     /// Everything up to here is ingested and readable.
     pub last_record_lsn: Lsn,
     /// Everything up to here is in layer files on disk.
@@ -123,6 +128,18 @@ pub struct TimelineInfo {
     pub in_memory_bytes: u64,
     pub l0_layers: u64,
     pub l0_bytes: u64,
+}
+
+/// The state of a timeline, serialized as Neon's `TimelineState`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimelineState {
+    #[default]
+    Active,
+    Broken {
+        reason: String,
+        #[serde(default)]
+        backtrace: String,
+    },
 }
 
 /// `GET .../keyspace[?at_lsn=X/X]`: end-exclusive ranges of every key that

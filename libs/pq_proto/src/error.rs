@@ -29,6 +29,10 @@ pub mod sqlstate {
     pub const PROTOCOL_VIOLATION: &[u8; 5] = b"08P01";
     /// `feature_not_supported` (unknown command).
     pub const FEATURE_NOT_SUPPORTED: &[u8; 5] = b"0A000";
+    /// `too_many_connections`.
+    pub const TOO_MANY_CONNECTIONS: &[u8; 5] = b"53300";
+    /// `connection_failure` (e.g. authentication timed out).
+    pub const CONNECTION_FAILURE: &[u8; 5] = b"08006";
     /// `internal_error`.
     pub const INTERNAL_ERROR: &[u8; 5] = b"XX000";
 }

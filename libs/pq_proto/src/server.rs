@@ -27,6 +27,8 @@ use crate::framing::{
     parse_frame, parse_startup, violation, FrameHead, StartupPacket, MAX_MESSAGE_LEN,
 };
 
+/// Most bytes [`FrameReader::wait_closed`] buffers while watching for EOF.
+pub const MAX_READ_AHEAD: usize = 1024 * 1024;
 /// Initial (and retained) capacity of the read and write buffers.
 const READ_BUF_CAPACITY: usize = 16 * 1024;
 const WRITE_BUF_CAPACITY: usize = 64 * 1024;
@@ -63,6 +65,25 @@ impl FrameReader {
             r = self.rd.read_buf(&mut self.buf) => r?,
         };
         Ok(n > 0)
+    }
+
+    /// Returns once the client has closed its side of the connection (EOF
+    /// or a socket error); never returns while it stays connected. Bytes
+    /// that arrive meanwhile are kept in the buffer for the next
+    /// `read_message` (up to [`MAX_READ_AHEAD`]; beyond that the socket is
+    /// left unread, so a client that keeps sending meets backpressure).
+    /// Cancel-safe: race it with the work it guards.
+    pub async fn wait_closed(&mut self) {
+        loop {
+            if self.buf.len() >= MAX_READ_AHEAD {
+                return std::future::pending().await;
+            }
+            self.buf.reserve(READ_BUF_CAPACITY);
+            match self.rd.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
     }
 
     /// Lingering close after a fatal error: discards what the client still

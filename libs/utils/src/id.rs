@@ -5,9 +5,12 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::quote::quote;
+
 /// Error from parsing the 32-hex-digit text form of an id.
+/// Holds the offending text already quoted (a bounded prefix, see `quote`).
 #[derive(Debug, thiserror::Error)]
-#[error("invalid id '{0}': expected 32 hex digits")]
+#[error("invalid id {0}: expected 32 hex digits")]
 pub struct IdParseError(pub String);
 
 macro_rules! id_type {
@@ -42,9 +45,10 @@ macro_rules! id_type {
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 let mut out = [0u8; 16];
                 if s.len() != 32 {
-                    return Err(IdParseError(s.to_string()));
+                    return Err(IdParseError(quote(s).to_string()));
                 }
-                hex::decode_to_slice(s, &mut out).map_err(|_| IdParseError(s.to_string()))?;
+                hex::decode_to_slice(s, &mut out)
+                    .map_err(|_| IdParseError(quote(s).to_string()))?;
                 Ok($name(out))
             }
         }

@@ -3,5 +3,6 @@
 pub mod failpoint;
 pub mod id;
 pub mod lsn;
+pub mod quote;
 pub mod seqwait;
 pub mod spsc_fold;

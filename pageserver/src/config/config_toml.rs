@@ -45,6 +45,19 @@ pub struct ConfigToml {
     pub auth_validation_public_key_path: Option<PathBuf>,
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
+    /// How long a page service client may take from connecting to being
+    /// authenticated (startup packet, and the JWT with `pg_auth_type = "jwt"`).
+    #[serde(with = "humantime_serde")]
+    pub authentication_timeout: Duration,
+    /// Default: see `config/fd_budget.rs`.
+    pub page_service_max_connections: Option<usize>,
+    /// Default: see `config/fd_budget.rs`.
+    pub http_max_connections: Option<usize>,
+    pub http_max_concurrent_requests: usize,
+    #[serde(with = "humantime_serde")]
+    pub http_header_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub http_body_read_timeout: Duration,
 }
 
 /// A size: an integer (bytes) or a string with a unit ("256 MiB"). Replaces
@@ -93,6 +106,12 @@ impl Default for ConfigToml {
             pg_auth_type: AuthType::Trust,
             auth_validation_public_key_path: None,
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
+            authentication_timeout: duration(DEFAULT_AUTHENTICATION_TIMEOUT),
+            page_service_max_connections: None,
+            http_max_connections: None,
+            http_max_concurrent_requests: DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS,
+            http_header_read_timeout: duration(DEFAULT_HTTP_HEADER_READ_TIMEOUT),
+            http_body_read_timeout: duration(DEFAULT_HTTP_BODY_READ_TIMEOUT),
         }
     }
 }

@@ -26,5 +26,19 @@ pub const DEFAULT_IN_MEMORY_LAYERS_BUDGET: &str = "1 GiB";
 /// How long a graceful shutdown may take per stage before it gives up waiting.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "10 s";
 
+/// From connecting to authenticated, per page service client (PostgreSQL's
+/// `authentication_timeout` is the model; its default is 1 minute, ours is
+/// shorter because our clients are programs, not people typing passwords).
+pub const DEFAULT_AUTHENTICATION_TIMEOUT: &str = "10 s";
+
+/// Requests the HTTP API runs at once; more get a 503.
+pub const DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS: usize = 64;
+
+/// How long an HTTP client may take to send a request's headers.
+pub const DEFAULT_HTTP_HEADER_READ_TIMEOUT: &str = "10 s";
+
+/// How long an HTTP client may pause while sending a request body.
+pub const DEFAULT_HTTP_BODY_READ_TIMEOUT: &str = "60 s";
+
 /// Accepted range of `max_get_vectored_keys`.
 pub const MAX_GET_VECTORED_KEYS_LIMIT: usize = 4096;

@@ -14,6 +14,7 @@
 
 pub mod config_toml;
 pub mod defaults;
+pub mod fd_budget;
 
 #[cfg(test)]
 mod tests;
@@ -26,9 +27,11 @@ use io_engine::{IoEngine, IoEngineKind};
 use pageserver_api::config::PageServicePipeliningConfig;
 use serde::Deserialize;
 
+use crate::http::HttpConf;
 use crate::page_service::PageServiceConf;
 use crate::tenant::StorageConf;
 pub use config_toml::ConfigToml;
+use fd_budget::FdBudget;
 
 /// Log line format (`log_format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -75,7 +78,14 @@ pub struct PageServerConf {
     /// Absolute; `Some` whenever `pg_auth_type` is `Jwt`.
     pub auth_validation_public_key_path: Option<PathBuf>,
     pub shutdown_timeout: Duration,
+    pub authentication_timeout: Duration,
+    /// Descriptor limits: open layer files, page service and HTTP connections.
+    pub fd_budget: FdBudget,
+    pub http: HttpConf,
 }
+
+/// Largest config file accepted (a real one is a few KiB).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 
 impl PageServerConf {
     /// Read `config_file` (if any), apply `overrides` (`key=value`, TOML value
@@ -88,8 +98,7 @@ impl PageServerConf {
     ) -> Result<PageServerConf, ConfigError> {
         let mut table = match config_file {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+                let text = read_config_file(path)?;
                 ConfigToml::parse_document(&path.display().to_string(), &text)?
             }
             None => toml::Table::new(),
@@ -120,6 +129,12 @@ impl PageServerConf {
             pg_auth_type,
             auth_validation_public_key_path,
             shutdown_timeout,
+            authentication_timeout,
+            page_service_max_connections,
+            http_max_connections,
+            http_max_concurrent_requests,
+            http_header_read_timeout,
+            http_body_read_timeout,
         } = t;
         let workdir = std::path::absolute(&workdir)
             .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
@@ -130,6 +145,10 @@ impl PageServerConf {
         nonzero("checkpoint_timeout", checkpoint_timeout.is_zero())?;
         nonzero("in_memory_layers_budget", in_memory_layers_budget.as_u64() == 0)?;
         nonzero("shutdown_timeout", shutdown_timeout.is_zero())?;
+        nonzero("authentication_timeout", authentication_timeout.is_zero())?;
+        nonzero("http_max_concurrent_requests", http_max_concurrent_requests == 0)?;
+        nonzero("http_header_read_timeout", http_header_read_timeout.is_zero())?;
+        nonzero("http_body_read_timeout", http_body_read_timeout.is_zero())?;
         if !(1..=defaults::MAX_GET_VECTORED_KEYS_LIMIT).contains(&max_get_vectored_keys) {
             return Err(key_err(
                 "max_get_vectored_keys",
@@ -141,15 +160,28 @@ impl PageServerConf {
         }
         let auth_validation_public_key_path =
             auth_validation_public_key_path.as_ref().map(|p| workdir.join(p));
+        let fd_budget = FdBudget::resolve(
+            fd_budget::nofile_soft_limit(),
+            max_open_files,
+            page_service_max_connections,
+            http_max_connections,
+        )?;
         let page_service = PageServiceConf {
             pipelining: page_service_pipelining.clone(),
             auth_type: pg_auth_type,
             auth_validation_public_key_path: auth_validation_public_key_path.clone(),
+            authentication_timeout,
+            max_connections: fd_budget.page_service_max_connections,
         };
         check_page_service(&page_service, max_get_vectored_keys)?;
-        let max_open_files = check_max_open_files(max_open_files)?;
-        let io_engine = IoEngine::with_max_open_files(io_engine, max_open_files)
+        let io_engine = IoEngine::with_max_open_files(io_engine, fd_budget.max_open_files)
             .map_err(|e| key_err("io_engine", format!("cannot start engine {io_engine:?}: {e}")))?;
+        let http = HttpConf {
+            header_read_timeout: http_header_read_timeout,
+            body_read_timeout: http_body_read_timeout,
+            max_connections: fd_budget.http_max_connections,
+            max_concurrent_requests: http_max_concurrent_requests,
+        };
 
         Ok(PageServerConf {
             workdir,
@@ -166,6 +198,9 @@ impl PageServerConf {
             pg_auth_type,
             auth_validation_public_key_path,
             shutdown_timeout,
+            authentication_timeout,
+            fd_budget,
+            http,
         })
     }
 
@@ -193,6 +228,8 @@ impl PageServerConf {
             pipelining: self.page_service_pipelining.clone(),
             auth_type: self.pg_auth_type,
             auth_validation_public_key_path: self.auth_validation_public_key_path.clone(),
+            authentication_timeout: self.authentication_timeout,
+            max_connections: self.fd_budget.page_service_max_connections,
         }
     }
 
@@ -261,33 +298,29 @@ fn check_page_service(
     Ok(())
 }
 
-/// `max_open_files`: positive, and at most half the process's descriptor
-/// limit (`RLIMIT_NOFILE`), so sockets always have descriptors left. The
-/// default is the smaller of `io_engine::DEFAULT_MAX_OPEN_FILES` and that half.
-fn check_max_open_files(configured: Option<usize>) -> Result<usize, ConfigError> {
-    let half_limit = (nofile_soft_limit() / 2).max(1);
-    match configured {
-        None => Ok(io_engine::DEFAULT_MAX_OPEN_FILES.min(half_limit)),
-        Some(0) => Err(key_err("max_open_files", "must be greater than 0")),
-        Some(n) if n > half_limit => Err(key_err(
-            "max_open_files",
-            format!(
-                "{n} is more than half of the process's open-file limit (RLIMIT_NOFILE {}); \
-                 raise the limit (ulimit -n) or lower the setting",
-                half_limit * 2
-            ),
-        )),
-        Some(n) => Ok(n),
+/// The config file: a regular file of at most [`MAX_CONFIG_FILE_BYTES`]
+/// (`/dev/zero` or a FIFO would otherwise be read without bound).
+fn read_config_file(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let read_err = |source| ConfigError::Read { path: path.to_path_buf(), source };
+    let invalid =
+        |msg: String| read_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, msg));
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file".to_string()));
     }
-}
-
-/// The soft `RLIMIT_NOFILE` of this process.
-fn nofile_soft_limit() -> usize {
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes into the struct we pass; no other effects.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) };
-    if rc != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
-        return usize::MAX / 2;
+    if meta.len() > MAX_CONFIG_FILE_BYTES {
+        return Err(invalid(format!(
+            "{} bytes, more than the {MAX_CONFIG_FILE_BYTES} a config file may have",
+            meta.len()
+        )));
     }
-    rl.rlim_cur as usize
+    let mut text = String::new();
+    // The file may grow after the check: read one byte past the bound at most.
+    file.take(MAX_CONFIG_FILE_BYTES + 1).read_to_string(&mut text).map_err(read_err)?;
+    if text.len() as u64 > MAX_CONFIG_FILE_BYTES {
+        return Err(invalid(format!("more than {MAX_CONFIG_FILE_BYTES} bytes")));
+    }
+    Ok(text)
 }

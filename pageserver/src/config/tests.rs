@@ -29,7 +29,14 @@ fn err_naming(overrides: &[&str], key: &str) -> String {
 
 #[test]
 fn default_constants_parse() {
-    for d in [DEFAULT_WAIT_LSN_TIMEOUT, DEFAULT_CHECKPOINT_TIMEOUT, DEFAULT_SHUTDOWN_TIMEOUT] {
+    for d in [
+        DEFAULT_WAIT_LSN_TIMEOUT,
+        DEFAULT_CHECKPOINT_TIMEOUT,
+        DEFAULT_SHUTDOWN_TIMEOUT,
+        DEFAULT_AUTHENTICATION_TIMEOUT,
+        DEFAULT_HTTP_HEADER_READ_TIMEOUT,
+        DEFAULT_HTTP_BODY_READ_TIMEOUT,
+    ] {
         humantime::parse_duration(d).unwrap();
     }
     for s in [DEFAULT_CHECKPOINT_DISTANCE, DEFAULT_IN_MEMORY_LAYERS_BUDGET] {
@@ -238,8 +245,12 @@ fn sample_config_file_is_exactly_the_defaults() {
     assert_eq!(
         keys,
         [
+            "authentication_timeout",
             "checkpoint_distance",
             "checkpoint_timeout",
+            "http_body_read_timeout",
+            "http_header_read_timeout",
+            "http_max_concurrent_requests",
             "in_memory_layers_budget",
             "io_engine",
             "listen_http_addr",
@@ -252,7 +263,14 @@ fn sample_config_file_is_exactly_the_defaults() {
             "wait_lsn_timeout",
         ]
     );
-    assert!(text.contains("# auth_validation_public_key_path = "));
+    for commented in [
+        "auth_validation_public_key_path",
+        "max_open_files",
+        "page_service_max_connections",
+        "http_max_connections",
+    ] {
+        assert!(text.contains(&format!("# {commented} = ")), "{commented}");
+    }
     assert_eq!(ConfigToml::from_table(table).unwrap(), ConfigToml::default());
 }
 
@@ -274,16 +292,63 @@ fn unparseable_jwt_key_names_its_key() {
 }
 
 #[test]
-fn max_open_files_is_bounded_by_the_descriptor_limit() {
-    let half = super::nofile_soft_limit() / 2;
+fn descriptor_limits_fit_the_process_limit() {
+    let limit = super::fd_budget::nofile_soft_limit();
     let conf = load(&[]).unwrap();
     assert!(conf.io_engine.open_file_count() == 0);
-    assert!(half >= 1);
+    let b = conf.fd_budget;
+    assert!(b.max_open_files + b.page_service_max_connections + b.http_max_connections <= limit);
     let err = err_naming(&["max_open_files=0"], "max_open_files");
     assert!(err.contains("greater than 0"), "{err}");
-    if half < usize::MAX / 4 {
-        let err = err_naming(&[&format!("max_open_files={}", half + 1)], "max_open_files");
+    err_naming(&["page_service_max_connections=0"], "page_service_max_connections");
+    if limit < usize::MAX / 4 {
+        let err = err_naming(&[&format!("max_open_files={limit}")], "max_open_files");
         assert!(err.contains("RLIMIT_NOFILE"), "{err}");
     }
-    load(&["max_open_files=8"]).unwrap();
+    let conf = load(&["max_open_files=8", "page_service_max_connections=3"]).unwrap();
+    assert_eq!(conf.page_service_conf().max_connections, 3);
+}
+
+#[test]
+fn client_limits_and_timeouts() {
+    let conf = load(&[]).unwrap();
+    assert_eq!(conf.authentication_timeout, Duration::from_secs(10));
+    assert_eq!(conf.http.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(conf.http.body_read_timeout, Duration::from_secs(60));
+    assert_eq!(conf.http.max_concurrent_requests, 64);
+    for key in ["authentication_timeout", "http_header_read_timeout", "http_body_read_timeout"] {
+        err_naming(&[&format!("{key}=\"0s\"")], key);
+        err_naming(&[&format!("{key}=\"soon\"")], key);
+    }
+    err_naming(&["http_max_concurrent_requests=0"], "http_max_concurrent_requests");
+    let conf = load(&["authentication_timeout=\"250ms\"", "http_max_connections=7"]).unwrap();
+    assert_eq!(conf.page_service_conf().authentication_timeout, Duration::from_millis(250));
+    assert_eq!(conf.http.max_connections, 7);
+}
+
+#[test]
+fn serial_pipelining_refuses_unknown_fields() {
+    let err = err_naming(
+        &["page_service_pipelining={mode=\"serial\", max_batch_size=4}"],
+        "page_service_pipelining",
+    );
+    assert!(err.contains("max_batch_size"), "{err}");
+    load(&["page_service_pipelining={mode=\"serial\"}"]).unwrap();
+}
+
+#[test]
+fn config_file_must_be_a_bounded_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let load_file = |path: &Path| PageServerConf::load(dir.path(), Some(path), &[]);
+    let err = load_file(Path::new("/dev/zero")).unwrap_err().to_string();
+    assert!(err.contains("/dev/zero") && err.contains("not a regular file"), "{err}");
+    let err = load_file(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("not a regular file"), "{err}");
+    let big = dir.path().join("big.toml");
+    std::fs::write(&big, "#".repeat(MAX_CONFIG_FILE_BYTES as usize + 1)).unwrap();
+    let err = load_file(&big).unwrap_err().to_string();
+    assert!(err.contains("big.toml") && err.contains("bytes"), "{err}");
+    let ok = dir.path().join("ok.toml");
+    std::fs::write(&ok, "wait_lsn_timeout = \"5 s\"\n").unwrap();
+    assert_eq!(load_file(&ok).unwrap().wait_lsn_timeout, Duration::from_secs(5));
 }

@@ -5,6 +5,8 @@
 //! 400 bad id / LSN / key / body, 404 unknown tenant / timeline / key,
 //! 409 already exists, 503 shutting down, 500 anything else.
 //!
+//! Messages are escaped and cut to [`MAX_ERROR_MESSAGE_CHARS`].
+//!
 //! Logging: an error is logged once, here, where it becomes a response:
 //! 5xx at ERROR (it is our fault), 4xx at INFO (it is the client's).
 
@@ -13,10 +15,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pageserver_api::models::HttpErrorBody;
 use tracing::{error, info};
+use utils::quote::escape_for_log;
 
 use crate::import::ImportError;
 use crate::pgdatadir_mapping::DatadirError;
 use crate::tenant::{GetVectoredError, PageReconstructError, TenantError};
+
+/// Longest error message sent or logged, in characters.
+pub const MAX_ERROR_MESSAGE_CHARS: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -30,8 +36,13 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    #[error("{0}")]
+    RequestTimeout(String),
     #[error("pageserver is shutting down")]
     ShuttingDown,
+    /// A limit on concurrent work was reached; retry later (503).
+    #[error("{0}")]
+    Overloaded(String),
     #[error("{0:#}")]
     Internal(anyhow::Error),
 }
@@ -44,7 +55,8 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::ShuttingDown | ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -53,8 +65,13 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let msg = self.to_string();
-        if status.is_server_error() && !matches!(self, ApiError::ShuttingDown) {
+        // Messages quote client values with a bounded prefix; this bound is
+        // the safety net for a source that does not (serde's own messages
+        // quote a whole invalid string value).
+        let msg = escape_for_log(&self.to_string(), MAX_ERROR_MESSAGE_CHARS).to_string();
+        if status.is_server_error()
+            && !matches!(self, ApiError::ShuttingDown | ApiError::Overloaded(_))
+        {
             error!(status = status.as_u16(), "HTTP request failed: {msg}");
         } else {
             info!(status = status.as_u16(), "HTTP request rejected: {msg}");
@@ -70,7 +87,9 @@ impl From<TenantError> for ApiError {
             TenantError::AlreadyExists(_) => ApiError::Conflict(e.to_string()),
             TenantError::InvalidArgument(_) => ApiError::BadRequest(e.to_string()),
             TenantError::ShuttingDown => ApiError::ShuttingDown,
-            TenantError::Broken { .. } => ApiError::Conflict(e.to_string()),
+            TenantError::Broken { .. } | TenantError::TimelineBroken { .. } => {
+                ApiError::Conflict(e.to_string())
+            }
             TenantError::Other(e) => ApiError::Internal(e),
         }
     }
@@ -82,6 +101,10 @@ impl From<ImportError> for ApiError {
             ImportError::BadTar(_) => ApiError::BadRequest(e.to_string()),
             ImportError::AlreadyExists(_) => ApiError::Conflict(e.to_string()),
             ImportError::Tenant(e) => e.into(),
+            ImportError::BodyRead { timed_out: true, .. } => {
+                ApiError::RequestTimeout(e.to_string())
+            }
+            ImportError::BodyRead { .. } => ApiError::BadRequest(e.to_string()),
             ImportError::Other(e) => ApiError::Internal(e),
         }
     }

@@ -10,10 +10,15 @@
 //!   connections and every new request except `/metrics` gets a 503; requests
 //!   already running finish (the caller bounds how long it waits for them);
 //! - every request is timed into `metrics::http` under its route template;
-//!   requests other than GET are logged at INFO with status and duration.
+//!   requests other than GET are logged at INFO with status and duration,
+//!   the path escaped and cut (a client's path cannot forge a log line);
+//! - bounded: JSON bodies up to [`MAX_JSON_BODY_BYTES`] (413 beyond), at most
+//!   `http_max_concurrent_requests` requests in flight (503 beyond), and the
+//!   connection limits and timeouts of `server.rs`.
 
 mod error;
 mod extract;
+mod server;
 mod tenants;
 #[cfg(feature = "testing")]
 mod testing;
@@ -32,17 +37,25 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use pageserver_api::models::StatusResponse;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
+use utils::quote::{escape_for_log, quote};
 
 pub use error::ApiError;
+pub use server::HttpConf;
 
 use crate::metrics;
 use crate::tenant::mgr::TenantManager;
 
-/// Largest JSON request body (the testing ingest route is the big one).
-/// Streamed bodies (`import_basebackup`) are not limited by this.
-pub const MAX_JSON_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Largest JSON request body of the management routes. Streamed bodies
+/// (`import_basebackup`) are not limited by this; they have their own bounds.
+pub const MAX_JSON_BODY_BYTES: usize = 1024 * 1024;
+/// Largest body of the test-only routes (batches of ingested values).
+#[cfg(feature = "testing")]
+const MAX_TESTING_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Characters of a request path shown in a log line.
+const LOGGED_PATH_CHARS: usize = 256;
 
 /// Every route as (method, template); start-up passes them to
 /// `metrics::register_all`, which pre-registers their labels.
@@ -75,6 +88,20 @@ pub struct HttpState {
     pub tenants: Arc<TenantManager>,
     /// The daemon's shutdown token: once cancelled, new requests get a 503.
     pub cancel: CancellationToken,
+    /// One permit per request in flight (`http_max_concurrent_requests`).
+    request_slots: Arc<Semaphore>,
+    max_concurrent_requests: usize,
+}
+
+impl HttpState {
+    pub fn new(tenants: Arc<TenantManager>, cancel: CancellationToken, conf: &HttpConf) -> Self {
+        HttpState {
+            tenants,
+            cancel,
+            request_slots: Arc::new(Semaphore::new(conf.max_concurrent_requests)),
+            max_concurrent_requests: conf.max_concurrent_requests,
+        }
+    }
 }
 
 /// The full API as a router (tests call it without a socket).
@@ -93,25 +120,32 @@ pub fn router(state: HttpState) -> Router {
             &format!("{TL}/checkpoint"),
             axum::routing::put(timelines::checkpoint).post(timelines::checkpoint),
         );
+    // The router-wide limit is set first (outermost); the testing routes'
+    // own layer runs later and overrides it for them.
+    let r = r.layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES));
     #[cfg(feature = "testing")]
-    let r = r
-        .route("/v1/failpoints", axum::routing::put(testing::configure_failpoints))
-        .route(&format!("{TL}/testing/ingest"), post(testing::ingest))
-        .route(&format!("{TL}/testing/get"), get(testing::get_value));
+    let r = r.merge(
+        Router::new()
+            .route("/v1/failpoints", axum::routing::put(testing::configure_failpoints))
+            .route(&format!("{TL}/testing/ingest"), post(testing::ingest))
+            .route(&format!("{TL}/testing/get"), get(testing::get_value))
+            .layer(DefaultBodyLimit::max(MAX_TESTING_BODY_BYTES)),
+    );
     r.fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), guard_and_measure))
-        .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .with_state(state)
 }
 
 /// Serve the API on `listener` until `state.cancel` fires, then finish the
 /// requests in flight. The caller bounds the wait for them.
-pub async fn serve(listener: tokio::net::TcpListener, state: HttpState) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: HttpState,
+    conf: HttpConf,
+) -> std::io::Result<()> {
     let cancel = state.cancel.clone();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
+    server::serve_connections(listener, router(state), &conf, cancel).await
 }
 
 /// Middleware: 503 during shutdown (except `/metrics`), then time the request.
@@ -122,13 +156,21 @@ async fn guard_and_measure(State(state): State<HttpState>, req: Request, next: N
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| metrics::http::UNMATCHED_ROUTE.to_string());
     let method = req.method().clone();
-    let path = req.uri().path().to_string();
+    let path = escape_for_log(req.uri().path(), LOGGED_PATH_CHARS).to_string();
     let start = Instant::now();
+    let slot = state.request_slots.clone().try_acquire_owned();
     let response = if state.cancel.is_cancelled() && route != "/metrics" {
         ApiError::ShuttingDown.into_response()
+    } else if slot.is_err() {
+        ApiError::Overloaded(format!(
+            "too many HTTP requests in flight: at most {} (http_max_concurrent_requests)",
+            state.max_concurrent_requests
+        ))
+        .into_response()
     } else {
         next.run(req).await
     };
+    drop(slot);
     let elapsed = start.elapsed();
     let status = response.status().as_u16();
     metrics::http::record_request(method.as_str(), &route, status, elapsed);
@@ -154,9 +196,9 @@ async fn prometheus_metrics() -> Result<Response, ApiError> {
 }
 
 async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::NotFound(format!("no route for {method} {}", uri.path()))
+    ApiError::NotFound(format!("no route for {method} {}", quote(uri.path())))
 }
 
 async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::MethodNotAllowed(format!("method {method} not allowed on {}", uri.path()))
+    ApiError::MethodNotAllowed(format!("method {method} not allowed on {}", quote(uri.path())))
 }

@@ -32,7 +32,8 @@ impl TestServer {
         let conf = Arc::new(StorageConf::for_tests(dir.path()));
         let tenants = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
         let cancel = CancellationToken::new();
-        let app = router(HttpState { tenants: tenants.clone(), cancel: cancel.clone() });
+        let app =
+            router(HttpState::new(tenants.clone(), cancel.clone(), &super::HttpConf::default()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

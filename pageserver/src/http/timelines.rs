@@ -10,16 +10,18 @@ use axum::http::StatusCode;
 use axum::Json;
 use futures::StreamExt;
 use pageserver_api::models::{
-    CheckpointResponse, KeySpace, TimelineCreateRequest, TimelineInfo, DEFAULT_PG_VERSION,
+    CheckpointResponse, KeySpace, TimelineCreateRequest, TimelineInfo, TimelineState,
+    DEFAULT_PG_VERSION,
 };
 use serde::Deserialize;
-use utils::id::TimelineId;
+use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
-use crate::tenant::{ReadKind, Timeline};
+use crate::import::ImportError;
+use crate::tenant::{ReadKind, TenantError, Timeline};
 
 /// PostgreSQL major versions a timeline may declare.
 pub const SUPPORTED_PG_VERSIONS: std::ops::RangeInclusive<u32> = 15..=17;
@@ -29,6 +31,7 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
     TimelineInfo {
         tenant_id: tl.tenant_id,
         timeline_id: tl.timeline_id,
+        state: TimelineState::Active,
         last_record_lsn: tl.get_last_record_lsn(),
         disk_consistent_lsn: tl.get_disk_consistent_lsn(),
         pg_version: tl.pg_version,
@@ -37,6 +40,27 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         in_memory_bytes: stats.in_memory_bytes,
         l0_layers: stats.l0_layers as u64,
         l0_bytes: stats.l0_bytes,
+    }
+}
+
+/// A timeline that could not be loaded: its ids and the reason.
+fn broken_timeline_info(
+    tenant_id: TenantId,
+    timeline_id: TimelineId,
+    reason: String,
+) -> TimelineInfo {
+    TimelineInfo {
+        tenant_id,
+        timeline_id,
+        state: TimelineState::Broken { reason, backtrace: String::new() },
+        last_record_lsn: Lsn(0),
+        disk_consistent_lsn: Lsn(0),
+        pg_version: 0,
+        initial_lsn: Lsn(0),
+        in_memory_layers: 0,
+        in_memory_bytes: 0,
+        l0_layers: 0,
+        l0_bytes: 0,
     }
 }
 
@@ -81,6 +105,12 @@ pub async fn list(
 ) -> Result<Json<Vec<TimelineInfo>>, ApiError> {
     let tenant = state.tenants.get_tenant(tenant_id)?;
     let mut infos: Vec<_> = tenant.list_timelines().iter().map(|t| timeline_info(t)).collect();
+    infos.extend(
+        tenant
+            .list_broken_timelines()
+            .into_iter()
+            .map(|(id, reason)| broken_timeline_info(tenant_id, id, reason)),
+    );
     infos.sort_by_key(|i| i.timeline_id);
     Ok(Json(infos))
 }
@@ -90,8 +120,13 @@ pub async fn get(
     State(state): State<HttpState>,
     TimelinePath(tenant_id, timeline_id): TimelinePath,
 ) -> Result<Json<TimelineInfo>, ApiError> {
-    let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
-    Ok(Json(timeline_info(&tl)))
+    match state.tenants.get_timeline(tenant_id, timeline_id) {
+        Ok(tl) => Ok(Json(timeline_info(&tl))),
+        Err(TenantError::TimelineBroken { reason, .. }) => {
+            Ok(Json(broken_timeline_info(tenant_id, timeline_id, reason)))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}`.
@@ -127,15 +162,49 @@ pub async fn keyspace(
 
 /// `PUT .../import_basebackup`: the body is a `pg_basebackup -Ft -X none`
 /// tar, streamed into a new timeline `{timeline_id}`. Returns once durable.
+/// A failure says what happened: the tenant was deleted meanwhile (409), the
+/// body stopped (400, or 408 after `http_body_read_timeout`), the daemon is
+/// shutting down (503).
 pub async fn import_basebackup(
     State(state): State<HttpState>,
     TimelinePath(tenant_id, timeline_id): TimelinePath,
     body: Body,
 ) -> Result<(StatusCode, Json<TimelineInfo>), ApiError> {
     let tenant = state.tenants.get_tenant(tenant_id)?;
-    let stream = body.into_data_stream().map(|chunk| chunk.map_err(std::io::Error::other));
-    let tl = crate::import::import_basebackup(tenant, timeline_id, stream).await?;
-    Ok((StatusCode::CREATED, Json(timeline_info(&tl))))
+    let stream = body.into_data_stream().map(|chunk| chunk.map_err(body_read_error));
+    match crate::import::import_basebackup(tenant.clone(), timeline_id, stream).await {
+        Ok(tl) => Ok((StatusCode::CREATED, Json(timeline_info(&tl)))),
+        Err(_) if state.cancel.is_cancelled() => Err(ApiError::ShuttingDown),
+        Err(_) if tenant.cancel.is_cancelled() => Err(ApiError::Conflict(format!(
+            "tenant {tenant_id} was deleted during the import of timeline {timeline_id}; \
+             nothing was imported"
+        ))),
+        Err(ImportError::BodyRead { timed_out: true, msg }) => {
+            Err(ApiError::RequestTimeout(format!("import of {tenant_id}/{timeline_id}: {msg}")))
+        }
+        Err(ImportError::BodyRead { msg, .. }) => Err(ApiError::BadRequest(format!(
+            "import of {tenant_id}/{timeline_id}: the client went away or the body broke off: \
+             {msg}; nothing was imported"
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A body chunk that could not be read, as the tar reader's IO error:
+/// `TimedOut` for `http_body_read_timeout`, `ConnectionAborted` otherwise.
+fn body_read_error(e: axum::Error) -> std::io::Error {
+    use std::error::Error as _;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = e.source();
+    while let Some(s) = source {
+        if s.is::<tower_http::timeout::TimeoutError>() {
+            return std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no body data arrived within http_body_read_timeout",
+            );
+        }
+        source = s.source();
+    }
+    std::io::Error::new(std::io::ErrorKind::ConnectionAborted, e.to_string())
 }
 
 /// `PUT|POST .../checkpoint`: freeze the open in-memory layer and wait until

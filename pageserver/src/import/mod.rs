@@ -10,7 +10,8 @@
 //!   `UninitializedTimeline::finish` has made it durable, and a failed,
 //!   abandoned or killed import leaves nothing behind and can be retried;
 //! - a malformed tar is `ImportError::BadTar` naming the entry and what was
-//!   wrong with it.
+//!   wrong with it; a body that stops (client gone, read timeout) is
+//!   `ImportError::BodyRead`, the client's doing, not a server error.
 
 mod basebackup;
 pub mod pg_files;
@@ -31,6 +32,10 @@ pub enum ImportError {
     AlreadyExists(String),
     #[error(transparent)]
     Tenant(TenantError),
+    /// The request body could not be read: the client went away, or sent
+    /// nothing for `http_body_read_timeout` (`timed_out`). Nothing was imported.
+    #[error("cannot read the base backup from the request: {msg}")]
+    BodyRead { timed_out: bool, msg: String },
     /// Anything else: IO, storage (500).
     #[error("{0:#}")]
     Other(anyhow::Error),
@@ -49,9 +54,10 @@ impl From<tar_reader::TarError> for ImportError {
     fn from(e: tar_reader::TarError) -> Self {
         match e {
             tar_reader::TarError::Malformed(m) => ImportError::BadTar(m),
-            tar_reader::TarError::Io(e) => {
-                ImportError::Other(anyhow::Error::new(e).context("reading the base backup stream"))
-            }
+            tar_reader::TarError::Io(e) => ImportError::BodyRead {
+                timed_out: e.kind() == std::io::ErrorKind::TimedOut,
+                msg: e.to_string(),
+            },
         }
     }
 }

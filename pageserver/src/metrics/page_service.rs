@@ -11,6 +11,8 @@
 //! | `pageserver_page_service_config_max_batch_size` | gauge | `mode`, `execution`, `batching` | the configured batching (0 for serial) |
 //! | `pageserver_wait_lsn_seconds` | histogram | | time spent waiting for WAL to arrive before a batch could execute |
 //! | `pageserver_live_connections` | gauge | `pageserver_connection_kind` | open libpq connections (`page_service`) |
+//! | `pageserver_page_service_refused_connections_total` | counter | | connections refused at `page_service_max_connections` (SQLSTATE 53300) |
+//! | `pageserver_page_service_auth_timeouts_total` | counter | | connections closed for not authenticating within `authentication_timeout` |
 //!
 //! Hot-path handles are resolved once (`LazyLock` of label-resolved metrics),
 //! so recording is a few atomic operations with no lookup or allocation.
@@ -22,8 +24,9 @@ use pageserver_api::config::{
     PageServiceProtocolPipelinedExecutionStrategy,
 };
 use prometheus::{
-    register_histogram, register_histogram_vec, register_int_counter_vec, register_int_gauge_vec,
-    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec,
+    register_int_gauge_vec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec,
 };
 
 use super::{BATCH_SIZE_BUCKETS, LATENCY_SECONDS_BUCKETS};
@@ -149,6 +152,8 @@ pub struct PageServiceMetrics {
     pub wait_lsn_seconds: Histogram,
     /// `pageserver_connection_kind="page_service"`.
     pub live_connections: IntGauge,
+    pub refused_connections: IntCounter,
+    pub auth_timeouts: IntCounter,
 }
 
 impl PageServiceMetrics {
@@ -191,6 +196,16 @@ pub static METRICS: LazyLock<PageServiceMetrics> = LazyLock::new(|| PageServiceM
     )
     .expect("register metric"),
     live_connections: LIVE_CONNECTIONS_VEC.with_label_values(&["page_service"]),
+    refused_connections: register_int_counter!(
+        "pageserver_page_service_refused_connections_total",
+        "Page service connections refused because page_service_max_connections were open"
+    )
+    .expect("register metric"),
+    auth_timeouts: register_int_counter!(
+        "pageserver_page_service_auth_timeouts_total",
+        "Page service connections closed for not authenticating within authentication_timeout"
+    )
+    .expect("register metric"),
 });
 
 /// Publish the configured batching in `pageserver_page_service_config_max_batch_size`.
@@ -243,6 +258,8 @@ mod tests {
             "pageserver_page_service_config_max_batch_size",
             "pageserver_wait_lsn_seconds",
             "pageserver_live_connections",
+            "pageserver_page_service_refused_connections_total",
+            "pageserver_page_service_auth_timeouts_total",
         ] {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }

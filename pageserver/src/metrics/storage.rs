@@ -68,6 +68,12 @@ pub static BROKEN_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
         .expect("register metric")
 });
 
+/// Timelines that could not be loaded at start-up (Broken), until deleted.
+pub static BROKEN_TIMELINES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("pageserver_broken_timelines_count", "Timelines in the Broken state")
+        .expect("register metric")
+});
+
 pub static INGEST_BACKPRESSURE: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "pageserver_ingest_backpressure_waits_total",
@@ -87,6 +93,7 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&VECTORED_READ_BYTES);
     LazyLock::force(&INGEST_BACKPRESSURE);
     LazyLock::force(&BROKEN_TENANTS);
+    LazyLock::force(&BROKEN_TIMELINES);
     LazyLock::force(&LAYER_CORRUPTION_ERRORS);
 }
 

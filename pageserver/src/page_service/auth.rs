@@ -16,18 +16,39 @@ use anyhow::Context;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use utils::id::TenantId;
+use utils::quote::quote;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct AuthError(pub String);
 
 /// The claims the page service looks at.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Claims {
     /// `tenant` or `pageserverapi` are accepted (other Neon scopes are not).
     pub scope: String,
     #[serde(default)]
     pub tenant_id: Option<TenantId>,
+    /// Expiry. The JWT library checks it only when it is a number and
+    /// ignores it otherwise; RFC 7519 says it must be a NumericDate, so any
+    /// other present value (a string, `null`) makes the token invalid here.
+    #[serde(default, deserialize_with = "numeric_date")]
+    pub exp: Option<f64>,
+    /// Not before: same rule as `exp`.
+    #[serde(default, deserialize_with = "numeric_date")]
+    pub nbf: Option<f64>,
+}
+
+/// A present registered date claim must be a JSON number (RFC 7519 §2).
+fn numeric_date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    match value.as_f64() {
+        Some(seconds) => Ok(Some(seconds)),
+        None => Err(serde::de::Error::custom(format!(
+            "a date claim must be a NumericDate (seconds since 1970), not {}",
+            quote(&value.to_string())
+        ))),
+    }
 }
 
 pub const SCOPE_TENANT: &str = "tenant";
@@ -53,6 +74,7 @@ impl JwtAuth {
         // Neon's tokens carry no registered claims; `exp` is still checked if present.
         validation.required_spec_claims = HashSet::new();
         validation.validate_exp = true;
+        validation.validate_nbf = true;
         validation.leeway = 0;
         Ok(JwtAuth { key, validation })
     }
@@ -73,7 +95,9 @@ impl JwtAuth {
                 Err(AuthError("JWT with scope 'tenant' has no tenant_id".to_string()))
             }
             SCOPE_TENANT | SCOPE_PAGESERVER_API => Ok(claims),
-            other => Err(AuthError(format!("JWT scope '{other}' is ineligible for page service"))),
+            other => {
+                Err(AuthError(format!("JWT scope {} is ineligible for page service", quote(other))))
+            }
         }
     }
 }
@@ -87,7 +111,9 @@ pub fn check_permission(claims: &Claims, tenant_id: TenantId) -> Result<(), Auth
             "tenant id mismatch: the token grants access to tenant {}, not {tenant_id}",
             claims.tenant_id.map(|t| t.to_string()).unwrap_or_default()
         ))),
-        other => Err(AuthError(format!("JWT scope '{other}' is ineligible for page service"))),
+        other => {
+            Err(AuthError(format!("JWT scope {} is ineligible for page service", quote(other))))
+        }
     }
 }
 
@@ -147,6 +173,25 @@ mod tests {
         let forged = sign(PRIVATE_B, serde_json::json!({"scope": "pageserverapi"}));
         parts[1] = forged.split('.').nth(1).unwrap();
         assert!(auth.decode(&parts.join(".")).is_err());
+    }
+
+    #[test]
+    fn date_claims_must_be_numeric_dates() {
+        let auth = JwtAuth::from_pem(PUBLIC_A.as_bytes()).unwrap();
+        let t = TenantId::generate().to_string();
+        for exp in [serde_json::json!("tomorrow"), serde_json::json!(null), serde_json::json!([1])]
+        {
+            let claims = serde_json::json!({"scope": "tenant", "tenant_id": t, "exp": exp});
+            let err = auth.decode(&sign(PRIVATE_A, claims)).unwrap_err();
+            assert!(err.0.contains("NumericDate"), "exp {exp}: {err}");
+        }
+        let claims = serde_json::json!({"scope": "pageserverapi", "nbf": "now"});
+        assert!(auth.decode(&sign(PRIVATE_A, claims)).unwrap_err().0.contains("NumericDate"));
+        let future = 4_000_000_000u64;
+        let claims = serde_json::json!({"scope": "pageserverapi", "nbf": future});
+        assert!(auth.decode(&sign(PRIVATE_A, claims)).is_err(), "not valid before nbf");
+        let claims = serde_json::json!({"scope": "pageserverapi", "exp": future});
+        assert_eq!(auth.decode(&sign(PRIVATE_A, claims)).unwrap().exp, Some(future as f64));
     }
 
     #[test]

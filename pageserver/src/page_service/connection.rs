@@ -10,7 +10,13 @@
 //!   an authentication failure is FATAL (ErrorResponse, close);
 //! - an unknown or failing command gets ErrorResponse then ReadyForQuery, and
 //!   the session goes on;
-//! - every wait on the socket races the connection's cancellation token.
+//! - every wait on the socket races the connection's cancellation token;
+//! - startup and authentication together are bounded by
+//!   `authentication_timeout` (PostgreSQL's setting of the same name is the
+//!   model): a client that sends no startup packet, or no password, is
+//!   closed with a FATAL error when it expires;
+//! - client values quoted in errors and logs are escaped and cut
+//!   (`utils::quote`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +27,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use utils::id::{TenantId, TimelineId};
+use utils::quote::{escape_for_log, quote};
 
 use super::auth::{check_permission, Claims};
 use super::error::{sqlstate, QueryError};
@@ -36,6 +43,9 @@ const MAX_NEGOTIATION_PACKETS: usize = 4;
 const FAREWELL_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bytes discarded at most while lingering after a fatal error.
 const LINGER_LIMIT: usize = 1024 * 1024;
+/// Longest error message sent or logged, in characters (a safety net: client
+/// values in messages are already quoted with a bounded prefix).
+const MAX_ERROR_MESSAGE_CHARS: usize = 1024;
 const SERVER_VERSION: &str = "15.0 (pageserver)";
 
 struct Connection {
@@ -86,6 +96,7 @@ pub async fn serve(
         Err(QueryError::Shutdown) => debug!("connection from {peer} closed by shutdown"),
         Err(QueryError::Disconnected(e)) => info!("connection from {peer} lost: {e}"),
         Err(QueryError::Fatal { code, message } | QueryError::Command { code, message }) => {
+            let message = escape_for_log(&message, MAX_ERROR_MESSAGE_CHARS).to_string();
             warn!("closing connection from {peer}: {message}");
             be::error_response(conn.writer.buf(), "FATAL", code, &message);
             let flushed = tokio::time::timeout(FAREWELL_TIMEOUT, conn.writer.flush(&conn.cancel));
@@ -99,6 +110,24 @@ pub async fn serve(
                 }
             }
         }
+    }
+}
+
+/// Tells a client over `page_service_max_connections` why it is turned away
+/// (FATAL, SQLSTATE 53300, as PostgreSQL does), then closes with a short
+/// linger so the error is not lost to a reset. Bounded by [`FAREWELL_TIMEOUT`].
+pub async fn refuse_too_many(socket: TcpStream, limit: usize) {
+    let (rd, wr) = socket.into_split();
+    let mut writer = FrameWriter::new(wr);
+    let message = format!(
+        "sorry, too many clients already: the page service serves at most {limit} \
+         connections (page_service_max_connections)"
+    );
+    be::error_response(writer.buf(), "FATAL", sqlstate::TOO_MANY_CONNECTIONS, &message);
+    let never = CancellationToken::new();
+    if let Ok(Ok(())) = tokio::time::timeout(FAREWELL_TIMEOUT, writer.flush(&never)).await {
+        writer.shutdown().await;
+        FrameReader::new(rd).drain(FAREWELL_TIMEOUT, LINGER_LIMIT).await;
     }
 }
 
@@ -123,10 +152,22 @@ impl Connection {
     }
 
     async fn run(&mut self) -> Result<(), QueryError> {
-        if !self.startup().await? {
-            return Ok(());
+        let limit = self.state.conf.authentication_timeout;
+        match tokio::time::timeout(limit, self.startup_and_authenticate()).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return Ok(()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                METRICS.auth_timeouts.inc();
+                return Err(QueryError::fatal(
+                    sqlstate::CONNECTION_FAILURE,
+                    format!(
+                        "canceling authentication due to timeout: not authenticated within \
+                         {limit:?} (authentication_timeout)"
+                    ),
+                ));
+            }
         }
-        self.authenticate().await?;
         let buf = self.writer.buf();
         be::auth_ok(buf);
         be::parameter_status(buf, "client_encoding", "UTF8");
@@ -147,6 +188,8 @@ impl Connection {
                         Ok(Next::Query) => {}
                         Ok(Next::Close) => return Ok(()),
                         Err(QueryError::Command { code, message }) => {
+                            let message =
+                                escape_for_log(&message, MAX_ERROR_MESSAGE_CHARS).to_string();
                             info!("command from {} failed: {message}", self.peer);
                             be::error_response(self.writer.buf(), "ERROR", code, &message);
                         }
@@ -172,6 +215,15 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// `Ok(false)`: the client left before starting up.
+    async fn startup_and_authenticate(&mut self) -> Result<bool, QueryError> {
+        if !self.startup().await? {
+            return Ok(false);
+        }
+        self.authenticate().await?;
+        Ok(true)
     }
 
     /// Negotiation and the startup packet. `Ok(false)`: the client left
@@ -253,7 +305,7 @@ impl Connection {
         } else {
             return Err(QueryError::command(
                 sqlstate::FEATURE_NOT_SUPPORTED,
-                format!("unsupported command '{command}'"),
+                format!("unsupported command {}", quote(command)),
             ));
         };
         let args: Vec<&str> = words.collect();

@@ -46,6 +46,15 @@ pub struct ExecCtx<'a> {
     pub pipelined: bool,
 }
 
+/// The stream's end when the client closed the connection while a request
+/// of it was still executing: the work is abandoned, nothing is written.
+pub fn client_gone() -> QueryError {
+    QueryError::Disconnected(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the client closed the connection while a request was pending; the request was abandoned",
+    ))
+}
+
 fn encode_error(
     out: &mut FrameWriter,
     v: PagestreamProtocolVersion,

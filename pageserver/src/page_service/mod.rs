@@ -38,9 +38,10 @@ use std::time::Duration;
 use anyhow::Context;
 use pageserver_api::config::PageServicePipeliningConfig;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use auth::{check_permission, AuthError, Claims, JwtAuth};
 pub use batch::effective_lsn;
@@ -48,8 +49,12 @@ pub use error::{PageStreamError, QueryError};
 pub use pq_proto::MAX_MESSAGE_LEN;
 
 use crate::metrics;
+use crate::metrics::page_service::METRICS;
 use crate::tenant::mgr::TenantManager;
 use pageserver_api::config::AuthType;
+
+/// Refusals (at the connection limit) in progress at once; see the accept loop.
+const MAX_CONCURRENT_REFUSALS: usize = 16;
 
 /// How long [`page_service_main`] waits for connections to end on shutdown.
 pub const CONNECTION_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,15 +67,22 @@ pub struct PageServiceConf {
     pub auth_type: AuthType,
     /// Ed25519 public key (PEM); required when `auth_type` is `Jwt`.
     pub auth_validation_public_key_path: Option<PathBuf>,
+    /// From accept to authenticated; the connection is closed after it.
+    pub authentication_timeout: Duration,
+    /// Connections served at once; one more is refused with SQLSTATE 53300.
+    pub max_connections: usize,
 }
 
 impl Default for PageServiceConf {
-    /// Pipelined (32, concurrent-futures, scattered-lsn), trust auth.
+    /// Pipelined (32, concurrent-futures, scattered-lsn), trust auth,
+    /// 10 s to authenticate, 1000 connections.
     fn default() -> Self {
         PageServiceConf {
             pipelining: PageServicePipeliningConfig::default(),
             auth_type: AuthType::Trust,
             auth_validation_public_key_path: None,
+            authentication_timeout: Duration::from_secs(10),
+            max_connections: 1000,
         }
     }
 }
@@ -131,8 +143,10 @@ pub async fn page_service_main(
     let auth = conf.load_auth()?;
     metrics::page_service::register();
     metrics::page_service::set_config(&conf.pipelining);
+    let slots = Arc::new(Semaphore::new(conf.max_connections));
     let state = Arc::new(ServiceState { conf, tenants, auth });
     let connections = TaskTracker::new();
+    let refusals = Arc::new(Semaphore::new(MAX_CONCURRENT_REFUSALS));
     info!(
         "page service listening on {} ({:?}, auth {:?})",
         listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -146,14 +160,29 @@ pub async fn page_service_main(
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((socket, peer)) => {
-                connections.spawn(connection::serve(
-                    socket,
-                    peer,
-                    Arc::clone(&state),
-                    cancel.child_token(),
-                ));
-            }
+            Ok((socket, peer)) => match Arc::clone(&slots).try_acquire_owned() {
+                Ok(slot) => {
+                    let conn =
+                        connection::serve(socket, peer, Arc::clone(&state), cancel.child_token());
+                    connections.spawn(async move {
+                        conn.await;
+                        drop(slot);
+                    });
+                }
+                Err(_) => {
+                    METRICS.refused_connections.inc();
+                    let limit = state.conf.max_connections;
+                    debug!("refusing page service connection from {peer}: {limit} open");
+                    // Each refusal holds its socket for up to a second; beyond
+                    // MAX_CONCURRENT_REFUSALS of them the socket is just closed.
+                    if let Ok(permit) = Arc::clone(&refusals).try_acquire_owned() {
+                        connections.spawn(async move {
+                            connection::refuse_too_many(socket, limit).await;
+                            drop(permit);
+                        });
+                    }
+                }
+            },
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
                 warn!("page service accept failed: {e}");

@@ -43,9 +43,12 @@
 //!
 //! # Ending, errors and cancellation
 //!
-//! - Clean end (Terminate or EOF): the reader drops its sender. The executor
-//!   still receives what is pending (`spsc_fold` drains after the sender is
-//!   gone), answers it, then gets `SenderGone` and returns `Ok(())`.
+//! - Client gone (Terminate or EOF): the reader drops its sender and cancels
+//!   `client_gone`. Work that completes without waiting is still answered
+//!   (`spsc_fold` drains after the sender is gone; execution is polled before
+//!   `client_gone`); work that would wait (for WAL, for IO) is abandoned at
+//!   once, so a client that leaves never holds the connection, its socket or
+//!   a WAL waiter for `wait_lsn_timeout`. Then `SenderGone` ends the stream.
 //! - Protocol error seen by the reader (bad CopyData, wrong message type,
 //!   oversized frame): it sends a `Fatal` item and stops. The executor
 //!   answers everything before it, then returns that error; the connection
@@ -77,7 +80,7 @@ use utils::spsc_fold;
 
 use super::batch::{self, BatchedFeMessage};
 use super::error::QueryError;
-use super::execute::{execute, ExecCtx};
+use super::execute::{client_gone as client_gone_error, execute, ExecCtx};
 use super::request::next_request;
 use crate::tenant::Timeline;
 use pq_proto::{FrameReader, FrameWriter};
@@ -93,6 +96,8 @@ pub async fn run(
     let (tx, rx) = spsc_fold::channel::<BatchedFeMessage>();
     // Cancelled by shutdown (parent) or when the executor stops.
     let reader_cancel = cancel.child_token();
+    // Cancelled by the reader at EOF or Terminate.
+    let client_gone = CancellationToken::new();
     let read_half = read_loop(
         reader,
         tx,
@@ -101,9 +106,10 @@ pub async fn run(
         conf.max_batch_size.get(),
         conf.batching,
         reader_cancel.clone(),
+        client_gone.clone(),
     );
     let exec_half = async {
-        let res = exec_loop(rx, writer, &tl, version, cancel).await;
+        let res = exec_loop(rx, writer, &tl, version, cancel, &client_gone).await;
         reader_cancel.cancel();
         res
     };
@@ -142,12 +148,16 @@ async fn read_loop(
     max_batch_size: usize,
     batching: batch::Batching,
     cancel: CancellationToken,
+    client_gone: CancellationToken,
 ) -> FrameReader {
     loop {
         let work = match next_request(&mut reader, &tl, version, &cancel).await {
             Ok(Some(work)) => work,
             // Clean end: dropping `tx` lets the executor drain and finish.
-            Ok(None) => return reader,
+            Ok(None) => {
+                client_gone.cancel();
+                return reader;
+            }
             Err(e) => BatchedFeMessage::Fatal(e),
         };
         let last = matches!(work, BatchedFeMessage::Fatal(_));
@@ -169,6 +179,7 @@ async fn exec_loop(
     tl: &Timeline,
     version: PagestreamProtocolVersion,
     cancel: &CancellationToken,
+    client_gone: &CancellationToken,
 ) -> Result<(), QueryError> {
     let ctx = ExecCtx { tl, version, cancel, pipelined: true };
     loop {
@@ -184,6 +195,7 @@ async fn exec_loop(
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
             r = execute(&ctx, work, &mut *writer) => r?,
+            _ = client_gone.cancelled() => return Err(client_gone_error()),
         }
         writer.flush(cancel).await?;
     }

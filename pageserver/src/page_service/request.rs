@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use pageserver_api::pagestream::{PagestreamFeMessage, PagestreamProtocolVersion};
 use tokio_util::sync::CancellationToken;
+use utils::quote::quote_bytes;
 
 use super::batch::{prepare, BatchedFeMessage};
 use super::error::{sqlstate, QueryError};
@@ -43,7 +44,7 @@ pub async fn next_request(
         b'X' => Ok(None),
         b'c' => fatal("client sent CopyDone: a pagestream ends with Terminate or EOF".to_string()),
         b'f' => {
-            let why = String::from_utf8_lossy(frame.body.strip_suffix(&[0]).unwrap_or(frame.body));
+            let why = quote_bytes(frame.body.strip_suffix(&[0]).unwrap_or(frame.body));
             fatal(format!("client sent CopyFail: {why}"))
         }
         tag => fatal(format!("unexpected message type '{}' in a pagestream", tag.escape_ascii())),

@@ -4,12 +4,14 @@
 //! Nothing is batched; every getpage is its own vectored get. Responses are
 //! trivially in request order. Shutdown is observed while reading, executing
 //! and flushing, so a client that never reads cannot hold the stream open.
+//! While a request executes the socket is watched for EOF: a client that
+//! leaves while its request waits (for WAL, say) ends the stream at once.
 
 use pageserver_api::pagestream::PagestreamProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
 use super::error::QueryError;
-use super::execute::{execute, ExecCtx};
+use super::execute::{client_gone, execute, ExecCtx};
 use super::request::next_request;
 use crate::tenant::Timeline;
 use pq_proto::{FrameReader, FrameWriter};
@@ -26,10 +28,12 @@ pub async fn run(
         let Some(work) = next_request(reader, tl, version, cancel).await? else {
             return Ok(());
         };
+        let (exec, closed) = (execute(&ctx, work, &mut *writer), reader.wait_closed());
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
-            r = execute(&ctx, work, &mut *writer) => r?,
+            r = exec => r?,
+            _ = closed => return Err(client_gone()),
         }
         writer.flush(cancel).await?;
     }

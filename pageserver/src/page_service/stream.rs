@@ -5,7 +5,10 @@
 //!
 //! How a stream ends:
 //! - Terminate (`X`) or EOF from the client: `Ok(())` once every response to
-//!   the requests read before it is written; the connection then closes.
+//!   the requests read before it is written, if they complete without
+//!   waiting; a request still waiting (for WAL up to `wait_lsn_timeout`, or
+//!   IO) is abandoned at once, `Err(QueryError::Disconnected)`. Either way
+//!   the connection then closes.
 //! - CopyDone, CopyFail, any other message type, an unparsable CopyData or an
 //!   oversized frame: `Err(QueryError::Fatal)` *after* every earlier response;
 //!   the connection sends an ErrorResponse and closes.

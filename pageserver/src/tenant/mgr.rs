@@ -9,7 +9,9 @@
 //! missing directory) does not stop start-up: it is kept as Broken with the
 //! reason (logged at ERROR, counted in `pageserver_broken_tenants_count`),
 //! every request for it gets an error naming it, and deleting it works.
-//! Every other tenant loads and serves.
+//! Every other tenant loads and serves. A timeline that cannot be loaded
+//! makes only itself Broken (`Tenant::get_timeline` names it and the reason;
+//! `pageserver_broken_timelines_count`); its tenant and siblings serve.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -163,7 +165,10 @@ impl TenantManager {
     pub async fn delete_tenant(&self, id: TenantId) -> Result<(), TenantError> {
         let removed = self.tenants.write().unwrap().remove(&id);
         match removed {
-            Some(t) => t.shutdown(false).await,
+            Some(t) => {
+                t.shutdown(false).await;
+                metrics::BROKEN_TIMELINES.sub(t.list_broken_timelines().len() as i64);
+            }
             None => {
                 if self.broken.write().unwrap().remove(&id).is_none() {
                     return Err(TenantError::NotFound(format!("tenant {id}")));

@@ -27,12 +27,13 @@ use std::time::Duration;
 use anyhow::Context;
 use pageserver_api::key::Key;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 pub use timeline::{LayerStats, Timeline, TimelineWriter};
 
+use crate::metrics::storage as metrics;
 use metadata::TimelineMetadata;
 
 /// Storage settings, derived from the daemon's config.
@@ -90,6 +91,9 @@ pub enum TenantError {
     /// The tenant could not be loaded at start-up; only deletion works.
     #[error("tenant {id} is broken: {reason}")]
     Broken { id: TenantId, reason: String },
+    /// The timeline could not be loaded at start-up; only deletion works.
+    #[error("timeline {tenant}/{timeline} is broken: {reason}")]
+    TimelineBroken { tenant: TenantId, timeline: TimelineId, reason: String },
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -167,6 +171,9 @@ pub struct Tenant {
     globals: Arc<Globals>,
     pub cancel: CancellationToken,
     timelines: RwLock<HashMap<TimelineId, Arc<Timeline>>>,
+    /// Timelines that failed to load at start-up: id -> reason. Disjoint
+    /// from `timelines`; an id leaves it only by deletion.
+    broken_timelines: RwLock<HashMap<TimelineId, String>>,
     /// Timelines being created (ids reserved until finished or abandoned).
     creating: Mutex<HashSet<TimelineId>>,
 }
@@ -187,6 +194,7 @@ impl Tenant {
         engine.create_dir_all(&scratch).await?;
         let tl_dir = dir.join("timelines");
         let mut timelines = HashMap::new();
+        let mut broken = HashMap::new();
         for entry in engine.read_dir(&tl_dir).await? {
             let name = entry.name_lossy();
             let path = tl_dir.join(&entry.name);
@@ -199,12 +207,21 @@ impl Tenant {
                 warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
-            let tl =
+            let loaded =
                 Timeline::load(conf.clone(), globals.clone(), id, tlid, path, cancel.child_token())
-                    .await
-                    .with_context(|| format!("load timeline {id}/{tlid}"))?;
-            timelines.insert(tlid, tl);
+                    .await;
+            match loaded {
+                Ok(tl) => {
+                    timelines.insert(tlid, tl);
+                }
+                Err(e) => {
+                    let reason = format!("{e:#}");
+                    error!("timeline {id}/{tlid} is broken and will not be served: {reason}");
+                    broken.insert(tlid, reason);
+                }
+            }
         }
+        metrics::BROKEN_TIMELINES.add(broken.len() as i64);
         Ok(Arc::new(Tenant {
             id,
             dir,
@@ -212,6 +229,7 @@ impl Tenant {
             globals,
             cancel,
             timelines: RwLock::new(timelines),
+            broken_timelines: RwLock::new(broken),
             creating: Mutex::new(HashSet::new()),
         }))
     }
@@ -235,12 +253,25 @@ impl Tenant {
     }
 
     pub fn get_timeline(&self, id: TimelineId) -> Result<Arc<Timeline>, TenantError> {
-        self.timelines
-            .read()
-            .unwrap()
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| TenantError::NotFound(format!("timeline {}/{id}", self.id)))
+        if let Some(tl) = self.timelines.read().unwrap().get(&id) {
+            return Ok(tl.clone());
+        }
+        match self.broken_timelines.read().unwrap().get(&id) {
+            Some(reason) => Err(TenantError::TimelineBroken {
+                tenant: self.id,
+                timeline: id,
+                reason: reason.clone(),
+            }),
+            None => Err(TenantError::NotFound(format!("timeline {}/{id}", self.id))),
+        }
+    }
+
+    /// Timelines that could not be loaded, with the reason, sorted by id.
+    pub fn list_broken_timelines(&self) -> Vec<(TimelineId, String)> {
+        let mut v: Vec<_> =
+            self.broken_timelines.read().unwrap().iter().map(|(id, r)| (*id, r.clone())).collect();
+        v.sort();
+        v
     }
 
     pub fn list_timelines(&self) -> Vec<Arc<Timeline>> {
@@ -259,6 +290,7 @@ impl Tenant {
             return Err(TenantError::ShuttingDown);
         }
         if self.timelines.read().unwrap().contains_key(&id)
+            || self.broken_timelines.read().unwrap().contains_key(&id)
             || !self.creating.lock().unwrap().insert(id)
         {
             return Err(TenantError::AlreadyExists(format!("timeline {}/{id}", self.id)));
@@ -309,14 +341,18 @@ impl Tenant {
         Ok(uninit)
     }
 
+    /// Stops and removes a timeline, Broken ones included.
     pub async fn delete_timeline(&self, id: TimelineId) -> Result<(), TenantError> {
-        let tl = self
-            .timelines
-            .write()
-            .unwrap()
-            .remove(&id)
-            .ok_or_else(|| TenantError::NotFound(format!("timeline {}/{id}", self.id)))?;
-        tl.shutdown(false, Duration::ZERO).await;
+        let removed = self.timelines.write().unwrap().remove(&id);
+        match removed {
+            Some(tl) => tl.shutdown(false, Duration::ZERO).await,
+            None => {
+                if self.broken_timelines.write().unwrap().remove(&id).is_none() {
+                    return Err(TenantError::NotFound(format!("timeline {}/{id}", self.id)));
+                }
+                metrics::BROKEN_TIMELINES.dec();
+            }
+        }
         let dir = self.timeline_dir(id);
         remove_dir_durably(&self.conf, &dir).await?;
         info!("deleted timeline {}/{id}", self.id);

@@ -65,6 +65,14 @@ impl SimEnv {
         if let Some((id, reason)) = self.mgr.list_broken().into_iter().next() {
             return Err(format!("start-up after a crash failed: tenant {id} is broken: {reason}"));
         }
+        for t in self.mgr.list_tenants() {
+            if let Some((id, reason)) = t.list_broken_timelines().into_iter().next() {
+                let t = t.id();
+                return Err(format!(
+                    "start-up after a crash: timeline {t}/{id} is broken: {reason}"
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -36,14 +36,19 @@ async fn two_layers() -> (tempfile::TempDir, TenantId, TimelineId, Vec<PathBuf>)
     (dir, ids.0, ids.1, paths)
 }
 
-/// The reason the (only) tenant is Broken after a start-up on `dir`.
+/// The reason the (only) timeline is Broken after a start-up on `dir`; its
+/// reads are refused with that reason.
 async fn load_error(dir: &tempfile::TempDir) -> String {
     let conf = Arc::new(StorageConf::for_tests(dir.path()));
     let mgr = TenantManager::load(conf, CancellationToken::new()).await.expect("start-up succeeds");
-    match mgr.list_broken().into_iter().next() {
-        Some((_, reason)) => reason,
-        None => panic!("start-up accepted a damaged timeline"),
-    }
+    assert!(mgr.list_broken().is_empty(), "the tenant itself loads");
+    let tenant = mgr.list_tenants().pop().expect("one tenant");
+    let Some((id, reason)) = tenant.list_broken_timelines().into_iter().next() else {
+        panic!("start-up accepted a damaged timeline");
+    };
+    let err = mgr.get_timeline(tenant.id(), id).err().expect("a broken timeline is not served");
+    assert!(err.to_string().contains(&reason), "{err}");
+    reason
 }
 
 #[tokio::test]
