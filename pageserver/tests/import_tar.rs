@@ -465,7 +465,7 @@ async fn interrupted_stream_leaves_nothing_and_can_be_retried() {
     else {
         panic!("import of a broken stream succeeded")
     };
-    assert!(matches!(err, ImportError::Other(_)), "{err:?}");
+    assert!(matches!(err, ImportError::BodyRead { timed_out: false, .. }), "{err:?}");
     assert!(err.to_string().contains("client went away"), "{err}");
     env.assert_no_leftovers();
     import_basebackup(env.tenant.clone(), id, stream_of(tar, 4096)).await.unwrap();

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
-use super::{router, HttpState};
+use super::{router, HttpConf, HttpState};
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::StorageConf;
 
@@ -28,15 +28,24 @@ struct TestServer {
 
 impl TestServer {
     async fn start() -> TestServer {
+        TestServer::start_with(HttpConf::default()).await
+    }
+
+    /// The daemon's own server (`super::serve`) with `http` limits; its
+    /// shutdown token is not the API's, so 503-on-shutdown tests can fire
+    /// `cancel` and still talk to it.
+    async fn start_with(http: HttpConf) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let conf = Arc::new(StorageConf::for_tests(dir.path()));
         let tenants = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
         let cancel = CancellationToken::new();
-        let app =
-            router(HttpState::new(tenants.clone(), cancel.clone(), &super::HttpConf::default()));
+        let app = router(HttpState::new(tenants.clone(), cancel.clone(), &http));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let server_cancel = CancellationToken::new();
+        tokio::spawn(async move {
+            super::server::serve_connections(listener, app, &http, server_cancel).await.unwrap()
+        });
         TestServer { base, client: reqwest::Client::new(), cancel, tenants, _dir: dir }
     }
 
@@ -478,4 +487,64 @@ async fn failpoints_are_validated_then_applied() {
     )
     .await;
     assert!(utils::failpoint::failpoint("http-test::a").is_ok());
+}
+
+/// A PUT whose chunked body never finishes: holds one request slot.
+async fn hanging_import(base: &str, tenant: TenantId) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let addr = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tl = TimelineId::generate();
+    let head = format!(
+        "PUT /v1/tenant/{tenant}/timeline/{tl}/import_basebackup HTTP/1.1\r\nhost: x\r\n\
+         transfer-encoding: chunked\r\n\r\n200\r\n{}\r\n",
+        "\0".repeat(512)
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s
+}
+
+#[tokio::test]
+async fn requests_beyond_the_concurrency_limit_get_503() {
+    let conf = HttpConf { max_concurrent_requests: 1, ..HttpConf::default() };
+    let srv = TestServer::start_with(conf).await;
+    let tenant = srv.create_tenant().await;
+    let held = hanging_import(&srv.base, tenant).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    srv.expect_err(
+        Method::GET,
+        "/v1/status",
+        None,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "at most 1 (http_max_concurrent_requests)",
+    )
+    .await;
+    drop(held);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, _) = srv.call(Method::GET, "/v1/status", None).await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the slot of a gone client was not freed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_stops_is_cut_after_the_body_read_timeout() {
+    use tokio::io::AsyncReadExt;
+    let conf = HttpConf {
+        body_read_timeout: std::time::Duration::from_millis(300),
+        ..HttpConf::default()
+    };
+    let srv = TestServer::start_with(conf).await;
+    let tenant = srv.create_tenant().await;
+    let mut held = hanging_import(&srv.base, tenant).await;
+    let mut response = Vec::new();
+    let read = held.read_to_end(&mut response);
+    tokio::time::timeout(std::time::Duration::from_secs(5), read).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("http_body_read_timeout"), "{text}");
 }
