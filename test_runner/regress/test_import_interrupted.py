@@ -60,14 +60,20 @@ def wait_for_log(ps: Pageserver, pattern: str, timeout: float = 10) -> str:
     raise AssertionError(f"no log line matching {pattern!r}:\n{ps.log_tail()}")
 
 
+def half_sent_import(ps: Pageserver, tar: bytes) -> tuple[str, str, socket.socket]:
+    """(tenant, timeline, socket) of an import of which half the tar was sent."""
+    tenant = ps.http_client().tenant_create()
+    timeline = os.urandom(16).hex()
+    sock = start_import(ps, tenant, timeline, tar, len(tar) // 2)
+    time.sleep(0.3)
+    return tenant, timeline, sock
+
+
 def test_tenant_deleted_during_import_is_a_conflict_naming_it(pageserver, small_backup):
     ps = pageserver
     http = ps.http_client()
-    tenant = http.tenant_create()
-    timeline = os.urandom(16).hex()
     tar = small_backup.path.read_bytes()
-    sock = start_import(ps, tenant, timeline, tar, len(tar) // 2)
-    time.sleep(0.3)
+    tenant, _, sock = half_sent_import(ps, tar)
     http.tenant_delete(tenant)
     try:
         send_chunk(sock, tar[len(tar) // 2 :])
@@ -85,11 +91,7 @@ def test_tenant_deleted_during_import_is_a_conflict_naming_it(pageserver, small_
 def test_client_gone_mid_import_is_not_a_server_error(pageserver, small_backup):
     ps = pageserver
     http = ps.http_client()
-    tenant = http.tenant_create()
-    timeline = os.urandom(16).hex()
-    tar = small_backup.path.read_bytes()
-    sock = start_import(ps, tenant, timeline, tar, len(tar) // 2)
-    time.sleep(0.3)
+    tenant, timeline, sock = half_sent_import(ps, small_backup.path.read_bytes())
     sock.close()
     line = wait_for_log(ps, "the client went away or the body broke off")
     assert " INFO " in line, line
