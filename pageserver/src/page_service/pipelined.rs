@@ -182,6 +182,9 @@ async fn exec_loop(
     client_gone: &CancellationToken,
 ) -> Result<(), QueryError> {
     let ctx = ExecCtx { tl, version, cancel, pipelined: true };
+    // One registration for the whole stream, not one per batch.
+    let gone = client_gone.cancelled();
+    tokio::pin!(gone);
     loop {
         let work = tokio::select! {
             biased;
@@ -195,7 +198,7 @@ async fn exec_loop(
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
             r = execute(&ctx, work, &mut *writer) => r?,
-            _ = client_gone.cancelled() => return Err(client_gone_error()),
+            _ = &mut gone => return Err(client_gone_error()),
         }
         writer.flush(cancel).await?;
     }
