@@ -64,7 +64,7 @@ pub enum ClientError {
     /// The server answered with an ErrorResponse (its SQLSTATE in
     /// `fields.code`).
     #[error("{context}: {fields}")]
-    Server { context: String, fields: ErrorFields },
+    Server { context: String, fields: Box<ErrorFields> },
     #[error("authentication failed: {0}")]
     Auth(String),
     /// The server offers something this client does not support.
@@ -94,6 +94,11 @@ impl ClientError {
             ClientError::Server { fields, .. } => Some(fields),
             _ => None,
         }
+    }
+
+    /// A server error answering `context`.
+    pub fn server(context: impl Into<String>, fields: ErrorFields) -> ClientError {
+        ClientError::Server { context: context.into(), fields: Box::new(fields) }
     }
 
     pub(crate) fn protocol(message: impl Into<String>) -> ClientError {
@@ -421,7 +426,7 @@ impl Client {
                 BackendMessage::BackendKeyData { .. } | BackendMessage::NoticeResponse(_) => {}
                 BackendMessage::ReadyForQuery(_) => return self.end(),
                 BackendMessage::ErrorResponse(fields) => {
-                    return Err(ClientError::Server { context: "startup refused".into(), fields })
+                    return Err(ClientError::server("startup refused", fields))
                 }
                 auth_msg => {
                     auth.answer(auth_msg, &mut self.out)?;
@@ -537,7 +542,7 @@ impl Client {
             let Some(msg) = self.recv().await? else {
                 // A FATAL error comes before the close: report it.
                 return Err(match error {
-                    Some(fields) => ClientError::Server { context: format!("'{query}'"), fields },
+                    Some(fields) => ClientError::server(format!("'{query}'"), fields),
                     None => ClientError::Closed { during: format!("after '{query}'") },
                 });
             };
@@ -566,7 +571,7 @@ impl Client {
         }
         self.end()?;
         match error {
-            Some(fields) => Err(ClientError::Server { context: format!("'{query}'"), fields }),
+            Some(fields) => Err(ClientError::server(format!("'{query}'"), fields)),
             None => Ok(res),
         }
     }
@@ -586,7 +591,7 @@ impl Client {
                 BackendMessage::NoticeResponse(_) | BackendMessage::ParameterStatus { .. } => {}
                 BackendMessage::ErrorResponse(fields) => {
                     self.wait_ready(&during).await?;
-                    return Err(ClientError::Server { context: format!("'{query}'"), fields });
+                    return Err(ClientError::server(format!("'{query}'"), fields));
                 }
                 other => {
                     return Err(ClientError::protocol(format!(

@@ -325,7 +325,7 @@ impl PgConn {
             .expect("timed out during startup");
         match started {
             Ok(()) => {}
-            Err(ClientError::Server { fields, .. }) => return Err(to_pg_error(fields)),
+            Err(ClientError::Server { fields, .. }) => return Err(to_pg_error(*fields)),
             Err(e) => panic!("startup: {e}"),
         }
         for required in ["client_encoding", "integer_datetimes", "server_version"] {
@@ -348,7 +348,7 @@ impl PgConn {
             .await
             .expect("timed out waiting for the server");
         let e = match res {
-            Err(ClientError::Server { fields, .. }) => to_pg_error(fields),
+            Err(ClientError::Server { fields, .. }) => to_pg_error(*fields),
             other => panic!("expected an error from '{q}', got {other:?}"),
         };
         assert_eq!(e.severity, "ERROR", "{e:?}");
@@ -371,7 +371,7 @@ impl PgConn {
             .expect("timed out waiting for the server");
         match res {
             Ok(BackendMessage::CopyBothResponse) => Ok(()),
-            Err(ClientError::Server { fields, .. }) => Err(to_pg_error(fields)),
+            Err(ClientError::Server { fields, .. }) => Err(to_pg_error(*fields)),
             other => panic!("expected CopyBothResponse, got {other:?}"),
         }
     }

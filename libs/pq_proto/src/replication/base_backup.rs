@@ -112,7 +112,7 @@ impl<'a> BaseBackup<'a> {
                 BackendMessage::CopyOutResponse => break,
                 BackendMessage::ErrorResponse(fields) => {
                     client.wait_ready("after a refused BASE_BACKUP").await?;
-                    return Err(ClientError::Server { context: cmd, fields });
+                    return Err(ClientError::server(cmd, fields));
                 }
                 BackendMessage::RowDescription(_)
                 | BackendMessage::CommandComplete(_)
@@ -192,10 +192,10 @@ impl<'a> BaseBackup<'a> {
                 }
                 Ok(None)
             }
-            BackendMessage::ErrorResponse(fields) => Err(ClientError::Server {
-                context: format!("base backup, after {} bytes of tar", self.tar_bytes),
+            BackendMessage::ErrorResponse(fields) => Err(ClientError::server(
+                format!("base backup, after {} bytes of tar", self.tar_bytes),
                 fields,
-            }),
+            )),
             other => Err(ClientError::protocol(format!("unexpected {other:?} in the base backup"))),
         }
     }
@@ -263,10 +263,7 @@ impl<'a> BaseBackup<'a> {
                 BackendMessage::DataRow(vals) => end = Some(vals),
                 BackendMessage::ReadyForQuery(_) => break,
                 BackendMessage::ErrorResponse(fields) => {
-                    return Err(ClientError::Server {
-                        context: "end of the base backup".into(),
-                        fields,
-                    })
+                    return Err(ClientError::server("end of the base backup", fields))
                 }
                 BackendMessage::NoticeResponse(n) if self.notices.len() < MAX_NOTICES => {
                     self.notices.push(n.to_string())

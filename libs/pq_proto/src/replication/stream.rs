@@ -182,7 +182,7 @@ impl<'a> ReplicationStream<'a> {
                 BackendMessage::RowDescription(_) | BackendMessage::CommandComplete(_),
             ) => {}
             (_, BackendMessage::ErrorResponse(fields)) => {
-                return Err(ClientError::Server { context: "replication stream".into(), fields })
+                return Err(ClientError::server("replication stream", fields))
             }
             (_, BackendMessage::NoticeResponse(_) | BackendMessage::ParameterStatus { .. }) => {}
             (phase, other) => {
