@@ -29,6 +29,7 @@ use pageserver_api::pagestream::{
 };
 use pageserver_api::reltag::RelTag;
 use pq_proto::client::{put_copy_data_with, read_backend, terminate_message, BackendMessage};
+use pq_proto::ConnString;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::AsyncWriteExt;
@@ -39,7 +40,6 @@ use tracing::warn;
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
-use crate::connstring::ConnString;
 use crate::keyspace::RelBlockSpace;
 use crate::pagestream_conn::{connect_pagestream, Protocol, DRAIN_TIMEOUT};
 use crate::stats::{LiveCounters, RequestStats};

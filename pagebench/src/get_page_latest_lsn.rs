@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use pq_proto::ConnString;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use crate::client::{run_client, ClientParams};
-use crate::connstring::ConnString;
 use crate::keyspace::RelBlockSpace;
 use crate::mgmt_api::MgmtApiClient;
 use crate::pagestream_conn::Protocol;
@@ -91,7 +91,8 @@ pub fn main(args: Args) -> anyhow::Result<()> {
             bail!("--per-client-rate must be a positive number");
         }
     }
-    let cs = ConnString::parse(&args.page_service_connstring)?;
+    let mut cs = ConnString::parse(&args.page_service_connstring)?;
+    cs.application_name.get_or_insert_with(|| "pagebench".to_string());
     let targets =
         args.targets.iter().map(|s| s.parse::<Target>()).collect::<anyhow::Result<Vec<_>>>()?;
 

@@ -4,7 +4,6 @@
 //! latency percentiles as JSON on stdout (progress goes to stderr).
 
 mod client;
-mod connstring;
 mod get_page_latest_lsn;
 mod keyspace;
 mod mgmt_api;

@@ -10,10 +10,9 @@ use std::time::Duration;
 use anyhow::bail;
 use bytes::BytesMut;
 use pq_proto::client::{BackendMessage, Client};
+use pq_proto::ConnString;
 use tokio::net::TcpStream;
 use utils::id::{TenantId, TimelineId};
-
-use crate::connstring::ConnString;
 
 /// Bound on the whole connection setup (TCP connect, startup, query).
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);

@@ -213,7 +213,7 @@ async fn protocol_errors_end_the_stream_after_earlier_responses() {
         // EOF in the middle of a message and a clean EOF: no response, no crash.
         let mut c = env.pagestream(V2).await;
         c.write_raw(&[b'd', 0, 0]).await;
-        c.stream.shutdown().await.unwrap();
+        c.stream().shutdown().await.unwrap();
         let e = c.expect_error().await;
         assert!(e.message.contains("in the middle of a message"), "{e:?}");
         c.expect_eof().await;

@@ -1,8 +1,8 @@
 //! Shared fixtures of the page service integration tests: a real page service
 //! on a 127.0.0.1 socket over a real `TenantManager` in a temp directory, a
-//! timeline with known contents, and a raw libpq client whose frontend
-//! messages are encoded by `postgres-protocol` (an implementation independent
-//! of the server's).
+//! timeline with known contents, and a libpq client: `pq_proto::client`
+//! (shared with pagebench and the WAL receiver) with raw access for tests of
+//! malformed input; frontend messages are encoded by `postgres-protocol`.
 //!
 //! Timeline contents (the model that `expected_page` and friends encode):
 //! - `INITIAL_LSN`: the timeline starts empty;
@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use pageserver::page_service::{page_service_main, PageServiceConf};
 use pageserver::tenant::mgr::TenantManager;
 use pageserver::tenant::{StorageConf, Timeline};
@@ -26,7 +26,8 @@ use pageserver_api::pagestream::{
 };
 use pageserver_api::reltag::{RelTag, SlruKind};
 use postgres_protocol::message::frontend;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use pq_proto::client::{read_frame, BackendMessage, Client, ClientError};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -234,69 +235,62 @@ pub struct PgError {
 /// ErrorResponse fields, decoded by `pq_proto` (which refuses trailing
 /// bytes and unterminated fields).
 pub fn parse_error_fields(body: &[u8]) -> PgError {
-    let f = pq_proto::ErrorFields::parse(body).expect("a well-formed ErrorResponse");
+    to_pg_error(pq_proto::ErrorFields::parse(body).expect("a well-formed ErrorResponse"))
+}
+
+fn to_pg_error(f: pq_proto::ErrorFields) -> PgError {
     let e = PgError { severity: f.severity, code: f.code, message: f.message };
     assert!(!e.severity.is_empty() && e.code.len() == 5 && !e.message.is_empty(), "{e:?}");
     e
 }
 
-/// A raw libpq client connection.
+/// A libpq client connection for tests: `pq_proto`'s client (the one
+/// pagebench and the WAL receiver use), plus raw access for tests that send
+/// malformed or out-of-order bytes and check the server's exact replies.
 pub struct PgConn {
-    pub stream: TcpStream,
-    rbuf: BytesMut,
-    wbuf: BytesMut,
+    client: Client,
 }
 
 impl PgConn {
     pub async fn connect(addr: SocketAddr) -> PgConn {
         let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        PgConn { stream, rbuf: BytesMut::new(), wbuf: BytesMut::new() }
+        PgConn { client: Client::from_stream(stream).unwrap() }
     }
 
     pub async fn write_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
+        self.client.write_raw(bytes).await.unwrap();
     }
 
     /// Sends what `frontend` encoders put into the write buffer.
     pub async fn flush(&mut self) {
-        let buf = self.wbuf.split();
-        self.stream.write_all(&buf).await.unwrap();
+        self.client.flush().await.unwrap();
     }
 
     pub fn wbuf(&mut self) -> &mut BytesMut {
-        &mut self.wbuf
+        self.client.write_buf()
     }
 
-    async fn fill(&mut self) -> bool {
-        let n = tokio::time::timeout(TEST_TIMEOUT, self.stream.read_buf(&mut self.rbuf))
-            .await
-            .expect("timed out waiting for the server")
-            .unwrap_or(0);
-        n > 0
+    pub fn stream(&mut self) -> &mut TcpStream {
+        self.client.parts_mut().0
     }
 
     /// Reads one byte (the answer to SSLRequest/GSSENCRequest).
     pub async fn read_byte(&mut self) -> u8 {
-        while self.rbuf.is_empty() {
-            assert!(self.fill().await, "EOF instead of a byte");
-        }
-        self.rbuf.get_u8()
+        tokio::time::timeout(TEST_TIMEOUT, self.client.read_raw_byte())
+            .await
+            .expect("timed out waiting for the server")
+            .unwrap()
     }
 
     /// The next backend message `(tag, body)`, or `None` on EOF (or reset).
     pub async fn read_msg(&mut self) -> Option<(u8, Bytes)> {
-        loop {
-            let head = pq_proto::parse_frame(&self.rbuf, usize::MAX - 5).expect("a valid frame");
-            if let Some(head) = head {
-                let mut m = self.rbuf.split_to(head.total_len());
-                m.advance(5);
-                return Some((head.tag, m.freeze()));
-            }
-            if !self.fill().await {
-                assert!(self.rbuf.is_empty(), "EOF in the middle of a message");
-                return None;
-            }
+        let read = tokio::time::timeout(TEST_TIMEOUT, self.client.recv_frame())
+            .await
+            .expect("timed out waiting for the server");
+        match read {
+            Ok(frame) => frame,
+            Err(ClientError::Io { .. }) => None,
+            Err(e) => panic!("reading a backend message: {e}"),
         }
     }
 
@@ -324,62 +318,40 @@ impl PgConn {
 
     /// StartupMessage, optional password, then everything up to ReadyForQuery.
     pub async fn startup(&mut self, password: Option<&str>) -> Result<(), PgError> {
-        frontend::startup_message(
-            [("user", "cloud_admin"), ("database", "postgres"), ("application_name", "test")],
-            &mut self.wbuf,
-        )
-        .unwrap();
-        self.flush().await;
-        self.finish_startup(password).await
-    }
-
-    pub async fn finish_startup(&mut self, password: Option<&str>) -> Result<(), PgError> {
-        use postgres_protocol::message::backend::Message;
-        let mut params = Vec::new();
-        loop {
-            let (tag, body) = self.read_msg().await.expect("EOF during startup");
-            if tag == b'E' {
-                return Err(parse_error_fields(&body));
-            }
-            // Decode with postgres-protocol's (independent) backend parser.
-            let mut frame = BytesMut::new();
-            frame.put_u8(tag);
-            frame.put_u32(4 + body.len() as u32);
-            frame.extend_from_slice(&body);
-            match Message::parse(&mut frame).unwrap().expect("a whole message") {
-                Message::AuthenticationCleartextPassword => {
-                    let pw = password.expect("server asked for a password");
-                    frontend::password_message(pw.as_bytes(), &mut self.wbuf).unwrap();
-                    self.flush().await;
-                }
-                Message::AuthenticationOk => {}
-                Message::ParameterStatus(p) => {
-                    params.push((p.name().unwrap().to_string(), p.value().unwrap().to_string()))
-                }
-                Message::ReadyForQuery(r) => {
-                    assert_eq!(r.status(), b'I');
-                    let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
-                    for required in ["client_encoding", "integer_datetimes", "server_version"] {
-                        assert!(names.contains(&required), "missing ParameterStatus {required}");
-                    }
-                    return Ok(());
-                }
-                _ => panic!("unexpected message '{}' during startup", tag as char),
-            }
+        let params =
+            [("user", "cloud_admin"), ("database", "postgres"), ("application_name", "test")];
+        let started = tokio::time::timeout(TEST_TIMEOUT, self.client.startup(&params, password))
+            .await
+            .expect("timed out during startup");
+        match started {
+            Ok(()) => {}
+            Err(ClientError::Server { fields, .. }) => return Err(to_pg_error(*fields)),
+            Err(e) => panic!("startup: {e}"),
         }
+        for required in ["client_encoding", "integer_datetimes", "server_version"] {
+            assert!(
+                self.client.server_parameter(required).is_some(),
+                "missing ParameterStatus {required}"
+            );
+        }
+        Ok(())
     }
 
     pub async fn query(&mut self, q: &str) {
-        frontend::query(q, &mut self.wbuf).unwrap();
+        frontend::query(q, self.wbuf()).unwrap();
         self.flush().await;
     }
 
     /// Sends a command that must fail without ending the session.
     pub async fn query_expect_error(&mut self, q: &str) -> PgError {
-        self.query(q).await;
-        let e = self.expect_error().await;
+        let res = tokio::time::timeout(TEST_TIMEOUT, self.client.simple_query(q))
+            .await
+            .expect("timed out waiting for the server");
+        let e = match res {
+            Err(ClientError::Server { fields, .. }) => to_pg_error(*fields),
+            other => panic!("expected an error from '{q}', got {other:?}"),
+        };
         assert_eq!(e.severity, "ERROR", "{e:?}");
-        self.expect_ready().await;
         e
     }
 
@@ -393,14 +365,13 @@ impl PgConn {
             PagestreamProtocolVersion::V2 => "pagestream_v2",
             PagestreamProtocolVersion::V3 => "pagestream_v3",
         };
-        self.query(&format!("{cmd} {tenant} {timeline}")).await;
-        match self.read_msg().await {
-            // CopyBothResponse: format 0, 0 columns.
-            Some((b'W', body)) => {
-                assert_eq!(&body[..], &[0, 0, 0]);
-                Ok(())
-            }
-            Some((b'E', body)) => Err(parse_error_fields(&body)),
+        let query = format!("{cmd} {tenant} {timeline}");
+        let res = tokio::time::timeout(TEST_TIMEOUT, self.client.start_copy(&query))
+            .await
+            .expect("timed out waiting for the server");
+        match res {
+            Ok(BackendMessage::CopyBothResponse) => Ok(()),
+            Err(ClientError::Server { fields, .. }) => Err(to_pg_error(*fields)),
             other => panic!("expected CopyBothResponse, got {other:?}"),
         }
     }
@@ -408,12 +379,12 @@ impl PgConn {
     /// Buffers one request as a CopyData (call `flush` to send).
     pub fn push_request(&mut self, req: &PagestreamFeMessage, v: PagestreamProtocolVersion) {
         let body = req.serialize(v);
-        frontend::CopyData::new(&body[..]).unwrap().write(&mut self.wbuf);
+        frontend::CopyData::new(&body[..]).unwrap().write(self.wbuf());
     }
 
     /// Buffers a CopyData with arbitrary contents.
     pub fn push_copy_data(&mut self, body: &[u8]) {
-        frontend::CopyData::new(body).unwrap().write(&mut self.wbuf);
+        frontend::CopyData::new(body).unwrap().write(self.wbuf());
     }
 
     /// The next pagestream response.
@@ -439,28 +410,21 @@ impl PgConn {
             let body = r.serialize(v);
             frontend::CopyData::new(&body[..]).unwrap().write(&mut out);
         }
-        let (mut rd, mut wr) = self.stream.split();
-        let rbuf = &mut self.rbuf;
+        let (stream, rbuf) = self.client.parts_mut();
+        let (mut rd, mut wr) = stream.split();
         let write = async move { wr.write_all(&out).await.unwrap() };
         let read = async move {
             let mut resps = Vec::with_capacity(reqs.len());
             while resps.len() < reqs.len() {
-                if rbuf.len() >= 5 {
-                    let len = u32::from_be_bytes(rbuf[1..5].try_into().unwrap()) as usize;
-                    if rbuf.len() > len {
-                        let tag = rbuf[0];
-                        let mut m = rbuf.split_to(1 + len);
-                        m.advance(5);
-                        assert_eq!(tag, b'd', "expected CopyData, got '{}': {m:?}", tag as char);
-                        resps.push(PagestreamBeMessage::deserialize(m.freeze(), v).unwrap());
-                        continue;
-                    }
-                }
-                let n = tokio::time::timeout(TEST_TIMEOUT, rd.read_buf(rbuf))
+                let frame = tokio::time::timeout(TEST_TIMEOUT, read_frame(&mut rd, rbuf))
                     .await
                     .expect("timed out waiting for responses")
                     .unwrap();
-                assert!(n > 0, "EOF after {} of {} responses", resps.len(), reqs.len());
+                let Some((tag, body)) = frame else {
+                    panic!("EOF after {} of {} responses", resps.len(), reqs.len());
+                };
+                assert_eq!(tag, b'd', "expected CopyData, got '{}': {body:?}", tag as char);
+                resps.push(PagestreamBeMessage::deserialize(body, v).unwrap());
             }
             resps
         };
@@ -499,7 +463,8 @@ pub async fn slow_reader(
         );
     }
     let flood = c.wbuf().split();
-    let (rd, mut wr) = c.stream.into_split();
+    let (stream, _) = c.client.into_parts();
+    let (rd, mut wr) = stream.into_split();
     let writer = tokio::spawn(async move {
         let _ = wr.write_all(&flood).await;
     });
