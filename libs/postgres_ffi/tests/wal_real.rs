@@ -125,7 +125,7 @@ fn spans_tot_len(rec: &DecodedWalRecord, tot_len: usize) -> bool {
     while left > page - pos % page {
         left -= page - pos % page;
         pos += page - pos % page;
-        pos += if pos % WAL_SEGMENT_SIZE == 0 { 40 } else { 24 };
+        pos += if pos.is_multiple_of(WAL_SEGMENT_SIZE) { 40 } else { 24 };
     }
     Lsn(pos + left).align() == rec.end_lsn || (rec.rmid == 0 && rec.info & 0xF0 == 0x40)
 }
@@ -230,4 +230,36 @@ fn wrong_version_is_refused_at_the_first_page() {
     }
     let err = result.unwrap_err();
     assert!(err.msg.contains("page header at") && err.msg.contains("magic"), "{err}");
+}
+
+/// Decode throughput on the segment-crossing fixtures (no switch padding),
+/// fed in 128 KiB chunks like replication messages, images rebuilt.
+/// Run with `cargo test --release -p postgres_ffi --test wal_real -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn decode_throughput() {
+    for name in ["pg15-pglz-seg", "pg15-lz4-seg", "pg15-zstd-seg", "pg18-pglz-seg"] {
+        let (start, wal, expected) = load(name);
+        let rounds = 50;
+        let started = std::time::Instant::now();
+        for _ in 0..rounds {
+            let mut decoder = WalStreamDecoder::new(start, version_of(name));
+            let mut n = 0;
+            for chunk in wal.chunks(128 * 1024) {
+                decoder.feed_bytes(chunk);
+                while let Some(r) = decoder.poll_decode().unwrap() {
+                    std::hint::black_box(&r);
+                    n += 1;
+                }
+            }
+            assert_eq!(n, expected.len());
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let mib = (wal.len() * rounds) as f64 / (1024.0 * 1024.0);
+        println!("{name}: {:.0} MiB/s, {:.0} records/s", mib / secs, (expected.len() * rounds) as f64 / secs);
+    }
+}
+
+fn version_of(name: &str) -> PgMajorVersion {
+    PgMajorVersion::new(name[2..4].parse().unwrap()).unwrap()
 }

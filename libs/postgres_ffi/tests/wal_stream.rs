@@ -69,7 +69,7 @@ fn random_stream(rng: &mut StdRng, version: PgMajorVersion, target_bytes: usize)
             // Make the next record's header straddle the page boundary.
             let page_end = (w.lsn().0 / PAGE + 1) * PAGE;
             let target = Lsn(page_end - [8, 16][rng.gen_range(0..2)]);
-            if w.lsn().0 % PAGE != 0 && target.0 >= w.lsn().0 + 32 {
+            if !w.lsn().0.is_multiple_of(PAGE) && target.0 >= w.lsn().0 + 32 {
                 let before = w.records.len();
                 w.fill_to(target);
                 let filler = w.records[before];

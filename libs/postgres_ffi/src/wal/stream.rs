@@ -49,8 +49,8 @@ pub const RM_MIN_CUSTOM_ID: u8 = 128;
 /// bytes arrive.
 const SPANNING_RECORD_INITIAL_CAPACITY: usize = 32 * 1024;
 
-const _: () = assert!(XLOG_SHORT_PHD_LEN % 8 == 0 && XLOG_LONG_PHD_LEN % 8 == 0);
-const _: () = assert!(WAL_SEGMENT_SIZE % XLOG_BLCKSZ as u64 == 0);
+const _: () = assert!(XLOG_SHORT_PHD_LEN.is_multiple_of(8) && XLOG_LONG_PHD_LEN.is_multiple_of(8));
+const _: () = assert!(WAL_SEGMENT_SIZE.is_multiple_of(XLOG_BLCKSZ as u64));
 
 /// `XLOG_PAGE_MAGIC` of each major version (`xlog_internal.h`).
 pub const fn xlog_page_magic(version: PgMajorVersion) -> u16 {
@@ -158,7 +158,7 @@ impl WalStreamDecoder {
             if self.spanning.is_none() && !self.skip_padding() {
                 return Ok(None);
             }
-            let step = if self.pos.0 % XLOG_BLCKSZ as u64 == 0 {
+            let step = if self.pos.0.is_multiple_of(XLOG_BLCKSZ as u64) {
                 self.read_page_header()?
             } else if self.spanning.is_none() {
                 self.start_record()?
@@ -217,7 +217,7 @@ impl WalStreamDecoder {
     /// At a page boundary: check and consume the page header.
     fn read_page_header(&mut self) -> Result<Step, WalDecodeError> {
         let page_lsn = self.pos;
-        let first_in_segment = page_lsn.0 % WAL_SEGMENT_SIZE == 0;
+        let first_in_segment = page_lsn.0.is_multiple_of(WAL_SEGMENT_SIZE);
         let len = if first_in_segment { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN };
         if self.pending.len() < len {
             return Ok(Step::NeedMore);
@@ -295,7 +295,7 @@ impl WalStreamDecoder {
     /// page, or begin assembling one that spans pages.
     fn start_record(&mut self) -> Result<Step, WalDecodeError> {
         let lsn = self.pos;
-        if lsn.0 % 8 != 0 {
+        if !lsn.0.is_multiple_of(8) {
             return self.fail(lsn, "record start is not 8-byte aligned".to_string());
         }
         let page_offset = (lsn.0 % XLOG_BLCKSZ as u64) as usize;

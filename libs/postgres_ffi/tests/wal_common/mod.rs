@@ -36,7 +36,7 @@ impl Written {
             }
             left -= page_left;
             pos += page_left;
-            pos += if pos % WAL_SEGMENT_SIZE == 0 { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN } as u64;
+            pos += if pos.is_multiple_of(WAL_SEGMENT_SIZE) { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN } as u64;
         }
     }
 }
@@ -114,7 +114,7 @@ impl WalWriter {
     pub fn fill_to(&mut self, target: Lsn) {
         self.page_header_if_needed(0);
         let gap = (target.0 - self.lsn().0) as usize;
-        assert!(gap >= 32 && gap % 8 == 0 && target.0 / 8192 == self.lsn().0 / 8192);
+        assert!(gap >= 32 && gap.is_multiple_of(8) && target.0 / 8192 == self.lsn().0 / 8192);
         self.record_of_len(gap, 0xAB);
         assert_eq!(self.lsn(), target);
     }
@@ -123,10 +123,10 @@ impl WalWriter {
     /// `rem_len` bytes left (0: none).
     fn page_header_if_needed(&mut self, rem_len: usize) {
         let lsn = self.lsn();
-        if lsn.0 % XLOG_BLCKSZ as u64 != 0 {
+        if !lsn.0.is_multiple_of(XLOG_BLCKSZ as u64) {
             return;
         }
-        let long = lsn.0 % WAL_SEGMENT_SIZE == 0;
+        let long = lsn.0.is_multiple_of(WAL_SEGMENT_SIZE);
         let mut info: u16 = if rem_len > 0 { 0x0001 } else { 0 };
         if long {
             info |= 0x0002;
