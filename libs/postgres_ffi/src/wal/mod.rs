@@ -22,6 +22,14 @@
 use bytes::Bytes;
 use utils::lsn::Lsn;
 
+pub mod image;
+pub mod pglz;
+pub mod record;
+pub mod stream;
+
+pub use record::decode_record;
+pub use stream::WalStreamDecoder;
+
 /// Size of a WAL page (`XLOG_BLCKSZ`).
 pub const XLOG_BLCKSZ: usize = 8192;
 /// Default (and, here, only supported) WAL segment size.
