@@ -22,6 +22,8 @@
 use bytes::Bytes;
 use utils::lsn::Lsn;
 
+pub mod rmgr;
+
 /// Size of a WAL page (`XLOG_BLCKSZ`).
 pub const XLOG_BLCKSZ: usize = 8192;
 /// Default (and, here, only supported) WAL segment size.
