@@ -25,6 +25,7 @@ use utils::lsn::Lsn;
 pub mod image;
 pub mod pglz;
 pub mod record;
+pub mod rmgr;
 pub mod stream;
 
 pub use record::decode_record;
