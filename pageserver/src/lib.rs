@@ -12,3 +12,5 @@ pub mod metrics;
 pub mod page_service;
 pub mod pgdatadir_mapping;
 pub mod tenant;
+pub mod walingest;
+pub mod walreceiver;

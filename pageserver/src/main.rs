@@ -177,6 +177,9 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
         .await
         .context("cannot load tenants")?;
 
+    let walreceiver_conf = Arc::new(pageserver::walreceiver::WalReceiverConf::default());
+    pageserver::walreceiver::start_all(&tenants, &walreceiver_conf);
+
     let root = CancellationToken::new();
     let page_service_conf = Arc::new(conf.page_service_conf());
     let mut page_service: Option<JoinHandle<_>> =
@@ -186,7 +189,8 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
             pg_listener,
             root.child_token(),
         )));
-    let http_state = HttpState::new(tenants.clone(), root.child_token(), &conf.http);
+    let mut http_state = HttpState::new(tenants.clone(), root.child_token(), &conf.http);
+    http_state.walreceiver = walreceiver_conf;
     let mut http_server: Option<JoinHandle<_>> =
         Some(tokio::spawn(http::serve(http_listener, http_state, conf.http.clone())));
     info!(listen_pg_addr = %pg_addr, listen_http_addr = %http_addr, "pageserver started");

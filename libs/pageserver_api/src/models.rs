@@ -104,6 +104,34 @@ pub struct TimelineCreateRequest {
     /// `0/0` when absent: the timeline starts empty at this LSN.
     #[serde(default)]
     pub initial_lsn: Option<Lsn>,
+    /// Follow this primary: base backup over replication, then WAL. With a
+    /// source, `pg_version` and `initial_lsn` must be absent (the primary
+    /// decides them).
+    #[serde(default)]
+    pub source: Option<WalSourceRequest>,
+}
+
+/// A primary to follow (`POST .../timeline` `source`, `PUT .../source`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WalSourceRequest {
+    /// `postgres://user:password@host:port/db` or `host=... port=...`.
+    pub connstring: String,
+    /// Physical replication slot; created on `POST` (default
+    /// `pageserver_<timeline_id>`), must exist for `PUT .../source`.
+    #[serde(default)]
+    pub slot: Option<String>,
+}
+
+/// The primary a timeline follows, as the timeline detail shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalSourceInfo {
+    /// The connection string without its password.
+    pub connstring: String,
+    pub slot: String,
+    pub system_id: u64,
+    /// Reads below this LSN are refused (the base backup's end).
+    pub consistent_lsn: Lsn,
 }
 
 /// `GET /v1/tenant/{tenant}/timeline/{timeline}` (and the create response).
@@ -116,6 +144,9 @@ pub struct TimelineInfo {
     /// field is zero.
     #[serde(default)]
     pub state: TimelineState,
+    /// The primary this timeline follows, if any.
+    #[serde(default)]
+    pub wal_source: Option<WalSourceInfo>,
     /// Everything up to here is ingested and readable.
     pub last_record_lsn: Lsn,
     /// Everything up to here is in layer files on disk.

@@ -101,6 +101,13 @@ impl ConnString {
         }
     }
 
+    /// A URL of this connection without its password, for logs and APIs:
+    /// `postgres://user@host:port/db`.
+    pub fn redacted(&self) -> String {
+        let db = self.dbname.as_deref().map(|d| format!("/{d}")).unwrap_or_default();
+        format!("postgres://{}@{}{db}", self.user, self.addr())
+    }
+
     /// `host:port` for `TcpStream::connect`.
     pub fn addr(&self) -> String {
         if self.host.contains(':') {

@@ -20,6 +20,7 @@ use utils::quote::escape_for_log;
 use crate::import::ImportError;
 use crate::pgdatadir_mapping::DatadirError;
 use crate::tenant::{GetVectoredError, PageReconstructError, TenantError};
+use crate::walreceiver::bootstrap::BootstrapError;
 
 /// Longest error message sent or logged, in characters.
 pub const MAX_ERROR_MESSAGE_CHARS: usize = 1024;
@@ -106,6 +107,17 @@ impl From<ImportError> for ApiError {
             }
             ImportError::BodyRead { .. } => ApiError::BadRequest(e.to_string()),
             ImportError::Other(e) => ApiError::Internal(e),
+        }
+    }
+}
+
+impl From<BootstrapError> for ApiError {
+    fn from(e: BootstrapError) -> ApiError {
+        match e {
+            BootstrapError::Refused(m) => ApiError::BadRequest(m),
+            BootstrapError::Slot(m) => ApiError::Conflict(m),
+            BootstrapError::Import(e) => e.into(),
+            BootstrapError::Other(e) => ApiError::Internal(e),
         }
     }
 }

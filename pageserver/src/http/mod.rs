@@ -47,6 +47,7 @@ pub use server::HttpConf;
 
 use crate::metrics;
 use crate::tenant::mgr::TenantManager;
+use crate::walreceiver::WalReceiverConf;
 
 /// Largest JSON request body of the management routes. Streamed bodies
 /// (`import_basebackup`) are not limited by this; they have their own bounds.
@@ -74,6 +75,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/import_basebackup"),
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
     ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
+    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/source"),
     #[cfg(feature = "testing")]
     ("PUT", "/v1/failpoints"),
     #[cfg(feature = "testing")]
@@ -91,6 +93,8 @@ pub struct HttpState {
     /// One permit per request in flight (`http_max_concurrent_requests`).
     request_slots: Arc<Semaphore>,
     max_concurrent_requests: usize,
+    /// Settings of the WAL receivers this API starts.
+    pub walreceiver: Arc<WalReceiverConf>,
 }
 
 impl HttpState {
@@ -100,6 +104,7 @@ impl HttpState {
             cancel,
             request_slots: Arc::new(Semaphore::new(conf.max_concurrent_requests)),
             max_concurrent_requests: conf.max_concurrent_requests,
+            walreceiver: Arc::new(WalReceiverConf::default()),
         }
     }
 }
@@ -119,7 +124,8 @@ pub fn router(state: HttpState) -> Router {
         .route(
             &format!("{TL}/checkpoint"),
             axum::routing::put(timelines::checkpoint).post(timelines::checkpoint),
-        );
+        )
+        .route(&format!("{TL}/source"), axum::routing::put(timelines::set_source));
     // The router-wide limit is set first (outermost); the testing routes'
     // own layer runs later and overrides it for them.
     let r = r.layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES));

@@ -11,7 +11,7 @@ use axum::Json;
 use futures::StreamExt;
 use pageserver_api::models::{
     CheckpointResponse, KeySpace, TimelineCreateRequest, TimelineInfo, TimelineState,
-    DEFAULT_PG_VERSION,
+    WalSourceInfo, WalSourceRequest, DEFAULT_PG_VERSION,
 };
 use serde::Deserialize;
 use utils::id::{TenantId, TimelineId};
@@ -22,6 +22,7 @@ use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
 use crate::import::ImportError;
 use crate::tenant::{ReadKind, TenantError, Timeline};
+use crate::walreceiver::bootstrap;
 
 /// PostgreSQL major versions a timeline may declare.
 pub const SUPPORTED_PG_VERSIONS: std::ops::RangeInclusive<u32> = 15..=17;
@@ -32,6 +33,12 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         tenant_id: tl.tenant_id,
         timeline_id: tl.timeline_id,
         state: TimelineState::Active,
+        wal_source: tl.wal_source().map(|s| WalSourceInfo {
+            connstring: s.redacted_connstring(),
+            slot: s.slot.clone(),
+            system_id: s.system_id,
+            consistent_lsn: s.consistent_lsn,
+        }),
         last_record_lsn: tl.get_last_record_lsn(),
         disk_consistent_lsn: tl.get_disk_consistent_lsn(),
         pg_version: tl.pg_version,
@@ -53,6 +60,7 @@ fn broken_timeline_info(
         tenant_id,
         timeline_id,
         state: TimelineState::Broken { reason, backtrace: String::new() },
+        wal_source: None,
         last_record_lsn: Lsn(0),
         disk_consistent_lsn: Lsn(0),
         pg_version: 0,
@@ -66,7 +74,7 @@ fn broken_timeline_info(
 
 /// 400 unless `initial_lsn <= lsn <= last_record_lsn`.
 pub fn check_read_lsn(tl: &Timeline, lsn: Lsn) -> Result<(), ApiError> {
-    let (initial, last) = (tl.get_initial_lsn(), tl.get_last_record_lsn());
+    let (initial, last) = (tl.min_readable_lsn(), tl.get_last_record_lsn());
     if lsn < initial || lsn > last {
         return Err(ApiError::BadRequest(format!(
             "LSN {lsn} is outside the readable range {initial}..={last} of timeline {}/{}",
@@ -83,6 +91,25 @@ pub async fn create(
     JsonBody(req): JsonBody<Option<TimelineCreateRequest>>,
 ) -> Result<(StatusCode, Json<TimelineInfo>), ApiError> {
     let req = req.unwrap_or_default();
+    if let Some(source) = req.source {
+        if req.pg_version.is_some() || req.initial_lsn.is_some() {
+            return Err(ApiError::BadRequest(
+                "pg_version and initial_lsn come from the primary: leave them out with a source"
+                    .to_string(),
+            ));
+        }
+        let id = req.new_timeline_id.unwrap_or_else(TimelineId::generate);
+        let tenant = state.tenants.get_tenant(tenant_id)?;
+        let tl = bootstrap::create_following_timeline(
+            tenant,
+            id,
+            source.connstring,
+            source.slot,
+            state.walreceiver.clone(),
+        )
+        .await?;
+        return Ok((StatusCode::CREATED, Json(timeline_info(&tl))));
+    }
     let pg_version = req.pg_version.unwrap_or(DEFAULT_PG_VERSION);
     if !SUPPORTED_PG_VERSIONS.contains(&pg_version) {
         return Err(ApiError::BadRequest(format!(
@@ -135,8 +162,39 @@ pub async fn delete(
     TimelinePath(tenant_id, timeline_id): TimelinePath,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let tenant = state.tenants.get_tenant(tenant_id)?;
+    let source = tenant.get_timeline(timeline_id).ok().and_then(|tl| tl.wal_source());
     tenant.delete_timeline(timeline_id).await?;
-    Ok(Json(serde_json::json!({})))
+    let Some(source) = source else {
+        return Ok(Json(serde_json::json!({})));
+    };
+    match bootstrap::drop_slot(&source).await {
+        Ok(()) => Ok(Json(serde_json::json!({"slot_dropped": source.slot}))),
+        Err(e) => Ok(Json(serde_json::json!({
+            "slot_dropped": null,
+            "warning": format!(
+                "the timeline is deleted, but its replication slot {} on {} could not be \
+                 dropped: {e:#}; it retains WAL on the primary until dropped there: \
+                 SELECT pg_drop_replication_slot('{}')",
+                source.slot,
+                source.redacted_connstring(),
+                source.slot
+            ),
+        }))),
+    }
+}
+
+/// `PUT .../source` `{"connstring", "slot"}`: an imported timeline starts
+/// following the primary it was backed up from, on an existing slot, from
+/// its `last_record_lsn`.
+pub async fn set_source(
+    State(state): State<HttpState>,
+    TimelinePath(tenant_id, timeline_id): TimelinePath,
+    JsonBody(req): JsonBody<WalSourceRequest>,
+) -> Result<Json<TimelineInfo>, ApiError> {
+    let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
+    let source = bootstrap::attach_source(&tl, req.connstring, req.slot).await?;
+    crate::walreceiver::start(&tl, source, state.walreceiver.clone());
+    Ok(Json(timeline_info(&tl)))
 }
 
 #[derive(Deserialize)]

@@ -44,7 +44,7 @@ use super::spill::{SpillReader, SpillWriter};
 use super::tar_reader::{Entry, EntryKind, TarReader};
 use super::ImportError;
 use crate::pgdatadir_mapping::{DatadirModification, BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};
-use crate::tenant::{Tenant, TenantError, Timeline};
+use crate::tenant::{Tenant, TenantError, Timeline, UninitializedTimeline};
 
 /// Largest `backup_label`, `PG_VERSION`, `pg_control` or two-phase file read
 /// into memory.
@@ -196,6 +196,21 @@ pub async fn import_basebackup<S>(
 where
     S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
 {
+    let uninit = import_basebackup_unfinished(tenant, timeline_id, body).await?;
+    Ok(uninit.finish().await?)
+}
+
+/// [`import_basebackup`] without the final `finish()`: the caller may add
+/// files to the new timeline's (temporary) directory first, so they become
+/// visible with it, atomically.
+pub async fn import_basebackup_unfinished<S>(
+    tenant: Arc<Tenant>,
+    timeline_id: TimelineId,
+    body: S,
+) -> Result<UninitializedTimeline, ImportError>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+{
     let started = Instant::now();
     if tenant.get_timeline(timeline_id).is_ok() {
         return Err(ImportError::AlreadyExists(format!("timeline {}/{timeline_id}", tenant.id())));
@@ -266,8 +281,6 @@ where
     let uninit = tenant.begin_timeline_creation(timeline_id, initial_lsn, pg_version).await?;
     let tl = uninit.timeline().clone();
     import_into(&tl, lsn, &mut pre, &mut tar, ended, &mut stats).await?;
-    drop(tl);
-    let tl = uninit.finish().await?;
     info!(
         "imported base backup into timeline {}/{timeline_id} at {lsn} (PostgreSQL {pg_version}): \
          {} relation files, {} relation pages, {} SLRU pages, {} entries skipped, {} tar bytes in {:.1?}",
@@ -279,7 +292,8 @@ where
         tar.offset(),
         started.elapsed()
     );
-    Ok(tl)
+    drop(tl);
+    Ok(uninit)
 }
 
 /// Phase 2: everything into one modification at `lsn`, then commit.

@@ -18,7 +18,7 @@ pub mod pg_files;
 mod spill;
 pub mod tar_reader;
 
-pub use basebackup::import_basebackup;
+pub use basebackup::{import_basebackup, import_basebackup_unfinished};
 
 use crate::tenant::TenantError;
 

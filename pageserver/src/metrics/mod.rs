@@ -15,6 +15,7 @@ pub mod http;
 pub mod page_service;
 pub mod process;
 pub mod storage;
+pub mod walreceiver;
 
 /// Latency buckets for fast operations (10 µs .. 10 s): page reads, vectored
 /// gets, waits for an LSN.
@@ -45,6 +46,7 @@ pub fn register_all(http_routes: &[(&str, &str)], read_kinds: &[&str]) {
     http::register(http_routes);
     page_service::register();
     storage::register(read_kinds);
+    walreceiver::register();
 }
 
 /// The default registry in Prometheus text format.

@@ -82,9 +82,10 @@ pub fn smgr_query_type(req: &PagestreamFeMessage) -> SmgrQueryType {
 }
 
 /// The LSN a request reads at (see the module comment), or why it is refused.
+/// `floor` is the timeline's lowest readable LSN (`Timeline::min_readable_lsn`).
 pub fn effective_lsn(
     hdr: &PagestreamRequest,
-    initial_lsn: Lsn,
+    floor: Lsn,
     last_record_lsn: Lsn,
 ) -> Result<Lsn, PageStreamError> {
     let PagestreamRequest { request_lsn, not_modified_since, .. } = *hdr;
@@ -100,27 +101,38 @@ pub fn effective_lsn(
             .into(),
         ));
     }
-    if request_lsn < initial_lsn {
+    if request_lsn < floor {
         return Err(PageStreamError::BadRequest(
             format!(
                 "tried to request a page version that was garbage collected: request_lsn \
-                 {request_lsn} is below the timeline's start LSN {initial_lsn}"
+                 {request_lsn} is below the timeline's first readable LSN {floor}"
             )
             .into(),
         ));
     }
-    if not_modified_since > last_record_lsn {
-        Ok(not_modified_since)
+    let lsn = if not_modified_since > last_record_lsn {
+        not_modified_since
     } else {
-        Ok(request_lsn.min(last_record_lsn))
+        request_lsn.min(last_record_lsn)
+    };
+    if lsn < floor {
+        // "Latest" while a followed primary's base backup is not yet consistent.
+        return Err(PageStreamError::BadRequest(
+            format!(
+                "the timeline is not readable yet: WAL is ingested up to {last_record_lsn}, \
+                 reads start at {floor} (where its base backup becomes consistent)"
+            )
+            .into(),
+        ));
     }
+    Ok(lsn)
 }
 
 /// Turns a parsed request into executor work; counts it as started.
 pub fn prepare(tl: &Timeline, req: PagestreamFeMessage, received_at: Instant) -> BatchedFeMessage {
     METRICS.smgr_query_started(smgr_query_type(&req)).inc();
     let hdr = *req.header();
-    let lsn = match effective_lsn(&hdr, tl.get_initial_lsn(), tl.get_last_record_lsn()) {
+    let lsn = match effective_lsn(&hdr, tl.min_readable_lsn(), tl.get_last_record_lsn()) {
         Ok(lsn) => lsn,
         Err(err) => return BatchedFeMessage::RespondError { hdr, err },
     };

@@ -552,6 +552,17 @@ impl<'t> DatadirModification<'t> {
         self.maybe_flush().await
     }
 
+    /// SLRU segments of `kind` as of this modification so far.
+    pub async fn slru_segments(&mut self, kind: SlruKind) -> anyhow::Result<Vec<u32>> {
+        Ok(self.slru_dir(kind).await?.0.segments.iter().copied().collect())
+    }
+
+    /// The timeline and the LSN of the committed state this modification
+    /// builds on (its pending changes are not visible there).
+    pub fn committed_view(&self) -> (&'t Timeline, Lsn) {
+        (self.tl, self.base_lsn)
+    }
+
     pub async fn drop_slru_segment(&mut self, kind: SlruKind, segno: u32) -> anyhow::Result<()> {
         self.seg_state(kind, segno).await?.size = None;
         let d = self.slru_dir(kind).await?;

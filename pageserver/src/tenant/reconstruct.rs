@@ -72,6 +72,19 @@ fn apply(key: Key, lsn: Lsn, page: &mut BytesMut, rec: Record) -> Result<(), Pag
             need_page(page, "visibility map")?;
             vm_clear_flags(page, &heap_blknos, flags);
         }
+        Record::SetBytes { patches } => {
+            need_page(page, "byte-patch")?;
+            for (offset, bytes) in patches {
+                let at = offset as usize;
+                if at + bytes.len() > BLCKSZ {
+                    return Err(PageReconstructError::Corrupt(format!(
+                        "key {key}: {} bytes at offset {at} at {lsn} run past the page",
+                        bytes.len()
+                    )));
+                }
+                page[at..at + bytes.len()].copy_from_slice(&bytes);
+            }
+        }
         Record::Test { append, will_init } => {
             if will_init {
                 page.clear();
@@ -105,6 +118,18 @@ mod tests {
         let out = reconstruct(key, Lsn(3), vec![(Lsn(2), clear), (Lsn(1), vm)]).unwrap();
         assert_eq!(out[24], 0b1111_0011, "after the 24-byte page header");
         assert_eq!(out[25], 0xff);
+    }
+
+    #[test]
+    fn set_bytes_patches_the_page() {
+        let patch = |at: u16| vec![(0, Bytes::from_static(b"z")), (at, Bytes::from_static(b"ab"))];
+        let set = Value::Record(Record::SetBytes { patches: patch(8190) });
+        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), set), (Lsn(1), image(&[0; BLCKSZ]))]);
+        let out = out.unwrap();
+        assert_eq!((&out[8190..], out[0]), (&b"ab"[..], b'z'));
+        let bad = Value::Record(Record::SetBytes { patches: patch(8191) });
+        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), bad), (Lsn(1), image(&[0; BLCKSZ]))]);
+        assert!(matches!(out, Err(PageReconstructError::Corrupt(_))));
     }
 
     #[test]

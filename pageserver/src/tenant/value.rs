@@ -23,6 +23,10 @@ pub enum Record {
     /// Clear visibility-map `flags` (bit 0 all-visible, bit 1 all-frozen) of
     /// the listed heap blocks, which all map to this VM page.
     VmClearFlags { heap_blknos: Vec<u32>, flags: u8 },
+    /// Write each `(offset, bytes)` into the page, in order (multixact
+    /// offsets and members, the zeroed tail of a truncated visibility-map
+    /// page). All patches of one page at one LSN are one record.
+    SetBytes { patches: Vec<(u16, Bytes)> },
     /// A PostgreSQL WAL record that needs PostgreSQL redo (we have none):
     /// reading a page that depends on it is an error naming rmgr and LSN.
     Postgres { will_init: bool, rmid: u8, rec: Bytes },
@@ -44,6 +48,7 @@ const REC_CLOG: u8 = 0;
 const REC_VM_CLEAR: u8 = 1;
 const REC_POSTGRES: u8 = 2;
 const REC_TEST: u8 = 3;
+const REC_SET_BYTES: u8 = 4;
 
 /// Bytes of framing around a value: tag and CRC.
 pub const VALUE_OVERHEAD: usize = 1 + 4;
@@ -59,7 +64,9 @@ pub enum ValueDecodeError {
 impl Record {
     pub fn will_init(&self) -> bool {
         match self {
-            Record::ClogSetStatus { .. } | Record::VmClearFlags { .. } => false,
+            Record::ClogSetStatus { .. }
+            | Record::VmClearFlags { .. }
+            | Record::SetBytes { .. } => false,
             Record::Postgres { will_init, .. } | Record::Test { will_init, .. } => *will_init,
         }
     }
@@ -84,6 +91,9 @@ impl Value {
                         Record::VmClearFlags { heap_blknos, .. } => 1 + 4 + 4 * heap_blknos.len(),
                         Record::Postgres { rec, .. } => 2 + rec.len(),
                         Record::Test { append, .. } => 1 + append.len(),
+                        Record::SetBytes { patches } => {
+                            2 + patches.iter().map(|(_, b)| 4 + b.len()).sum::<usize>()
+                        }
                     }
                 }
             }
@@ -122,6 +132,15 @@ impl Value {
                         out.put_u8(REC_TEST);
                         out.put_u8(*will_init as u8);
                         out.extend_from_slice(append);
+                    }
+                    Record::SetBytes { patches } => {
+                        out.put_u8(REC_SET_BYTES);
+                        out.put_u16_le(u16::try_from(patches.len()).expect("patches of one page"));
+                        for (offset, bytes) in patches {
+                            out.put_u16_le(*offset);
+                            out.put_u16_le(u16::try_from(bytes.len()).expect("within a page"));
+                            out.extend_from_slice(bytes);
+                        }
                     }
                 }
             }
@@ -186,6 +205,23 @@ impl Value {
                         let rmid = b.get_u8();
                         Record::Postgres { will_init, rmid, rec: Bytes::copy_from_slice(b) }
                     }
+                    REC_SET_BYTES => {
+                        need(b, 2)?;
+                        let n = b.get_u16_le() as usize;
+                        let mut patches = Vec::with_capacity(n.min(b.len() / 4));
+                        for _ in 0..n {
+                            need(b, 4)?;
+                            let offset = b.get_u16_le();
+                            let len = b.get_u16_le() as usize;
+                            need(b, len)?;
+                            patches.push((offset, Bytes::copy_from_slice(&b[..len])));
+                            b.advance(len);
+                        }
+                        if !b.is_empty() {
+                            return Err(ValueDecodeError::Malformed("bytes after the patches"));
+                        }
+                        Record::SetBytes { patches }
+                    }
                     REC_TEST => {
                         need(b, 1)?;
                         let will_init = b.get_u8() != 0;
@@ -223,6 +259,9 @@ mod tests {
                 rec: Bytes::from_static(b"xx"),
             }),
             Value::Record(Record::Test { append: Bytes::from_static(b"ab"), will_init: true }),
+            Value::Record(Record::SetBytes {
+                patches: vec![(4, Bytes::from_static(b"xyz")), (9, Bytes::from_static(b"q"))],
+            }),
         ];
         for v in values {
             let mut s = v.serialize();

@@ -121,7 +121,7 @@ async fn remove_unlisted(
     for entry in listing {
         let fname = entry.name_lossy();
         let path = dir.join(&entry.name);
-        if fname == METADATA_FILE {
+        if fname == METADATA_FILE || fname == super::wal_source::WAL_SOURCE_FILE {
             continue;
         }
         let leftover =

@@ -41,6 +41,9 @@ mod load;
 mod log_limit;
 mod read;
 mod rel_size_cache;
+pub mod wal_source;
+
+use wal_source::WalSource;
 mod writer;
 
 use log_limit::PerKeyLogLimit;
@@ -91,6 +94,8 @@ pub struct Timeline {
     tasks: TaskTracker,
     /// Rate limit of corruption ERROR lines, per layer file.
     corruption_log: PerKeyLogLimit,
+    /// The primary this timeline follows, if any (`wal_source.json`).
+    wal_source: Mutex<Option<WalSource>>,
 }
 
 impl Timeline {
@@ -119,6 +124,7 @@ impl Timeline {
         let load::Loaded { md, layers } =
             load::load_layers(&conf.io_engine, &dir, tenant_id, timeline_id).await?;
         let layer_map = LayerMap::new(md.initial_lsn + 1, layers);
+        let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
         let tl = Arc::new(Timeline {
             tenant_id,
             timeline_id,
@@ -141,6 +147,7 @@ impl Timeline {
             ephemeral_seq: AtomicU64::new(0),
             tasks: TaskTracker::new(),
             corruption_log: PerKeyLogLimit::default(),
+            wal_source: Mutex::new(wal_source),
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
@@ -165,6 +172,28 @@ impl Timeline {
         self.initial_lsn
     }
 
+    /// The lowest LSN reads may ask for: the start, or, for a timeline that
+    /// follows a primary, the LSN where its base backup became consistent.
+    pub fn min_readable_lsn(&self) -> Lsn {
+        let consistent = self.wal_source.lock().unwrap().as_ref().map(|s| s.consistent_lsn);
+        self.initial_lsn.max(consistent.unwrap_or(Lsn(0)))
+    }
+
+    /// The primary this timeline follows, if any.
+    pub fn wal_source(&self) -> Option<WalSource> {
+        self.wal_source.lock().unwrap().clone()
+    }
+
+    /// Persist `source` (or its removal) and use it from now on.
+    pub async fn set_wal_source(&self, source: Option<WalSource>) -> anyhow::Result<()> {
+        match &source {
+            Some(s) => s.persist(&self.conf.io_engine, &self.dir).await?,
+            None => WalSource::remove(&self.conf.io_engine, &self.dir).await?,
+        }
+        *self.wal_source.lock().unwrap() = source;
+        Ok(())
+    }
+
     pub fn conf(&self) -> &StorageConf {
         &self.conf
     }
@@ -184,8 +213,18 @@ impl Timeline {
         }
     }
 
-    /// Freeze the open layer at the last complete LSN and wait until
-    /// everything up to it is on disk. Returns the new `disk_consistent_lsn`.
+    /// Run `task` as one of this timeline's background tasks: `shutdown`
+    /// cancels `self.cancel` and waits for it, so it must end promptly
+    /// once that token fires.
+    pub fn spawn_background<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.spawn(task);
+    }
+
+    /// Stop the background tasks; with `flush`, first make everything
+    /// ingested durable (bounded by `timeout`).
     pub async fn shutdown(&self, flush: bool, timeout: Duration) {
         if flush && !self.cancel.is_cancelled() {
             match tokio::time::timeout(timeout, self.freeze_and_flush()).await {

@@ -1,0 +1,101 @@
+//! Where a timeline's WAL comes from: a PostgreSQL primary it follows over
+//! physical replication, persisted in `<timeline>/wal_source.json` next to
+//! the metadata so that ingest resumes after a restart.
+//!
+//! ```json
+//! {"connstring": "postgres://...", "slot": "pageserver_<id>",
+//!  "system_id": 7301234567890123456, "consistent_lsn": "0/3000100"}
+//! ```
+//!
+//! - `consistent_lsn`: the base backup's end LSN. The imported copy is fuzzy
+//!   until WAL up to it is applied, so reads below it are refused.
+//! - `system_id`: the primary's `IDENTIFY_SYSTEM` id; a primary with another
+//!   id (a different cluster behind the same address) is refused.
+//!
+//! The file is written with `write_file_durably` (temp, fsync, rename, fsync
+//! dir) and holds the connection string, password included: the workdir is
+//! the daemon's own, like PostgreSQL's `primary_conninfo` in its data dir.
+
+use std::path::Path;
+
+use io_engine::IoEngine;
+use serde::{Deserialize, Serialize};
+use utils::lsn::Lsn;
+
+pub const WAL_SOURCE_FILE: &str = "wal_source.json";
+/// A source file is a few hundred bytes; anything larger is damage.
+const MAX_WAL_SOURCE_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WalSource {
+    pub connstring: String,
+    pub slot: String,
+    pub system_id: u64,
+    pub consistent_lsn: Lsn,
+}
+
+impl WalSource {
+    /// The source of the timeline in `dir`, if it has one.
+    pub async fn load(engine: &IoEngine, dir: &Path) -> anyhow::Result<Option<WalSource>> {
+        let path = dir.join(WAL_SOURCE_FILE);
+        if !engine.exists(&path).await? {
+            return Ok(None);
+        }
+        let bytes = engine.read_file(&path, MAX_WAL_SOURCE_BYTES).await?;
+        let source = serde_json::from_slice(&bytes)
+            .map_err(|e| anyhow::anyhow!("{} is not a valid WAL source: {e}", path.display()))?;
+        Ok(Some(source))
+    }
+
+    /// Write (or replace) the source of the timeline in `dir`, durably.
+    pub async fn persist(&self, engine: &IoEngine, dir: &Path) -> anyhow::Result<()> {
+        let json = serde_json::to_vec_pretty(self).expect("a WalSource serializes");
+        engine.write_file_durably(&dir.join(WAL_SOURCE_FILE), &json).await?;
+        Ok(())
+    }
+
+    /// Remove the source of the timeline in `dir`, durably.
+    pub async fn remove(engine: &IoEngine, dir: &Path) -> anyhow::Result<()> {
+        let path = dir.join(WAL_SOURCE_FILE);
+        if engine.exists(&path).await? {
+            engine.remove_file(&path).await?;
+            engine.fsync_dir(dir).await?;
+        }
+        Ok(())
+    }
+
+    /// The connection string with its password replaced, for the API and logs.
+    pub fn redacted_connstring(&self) -> String {
+        match pq_proto::connstring::ConnString::parse(&self.connstring) {
+            Ok(cs) => cs.redacted(),
+            Err(_) => "<unparsable connection string>".to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn round_trip_and_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap();
+        assert_eq!(WalSource::load(&engine, dir.path()).await.unwrap(), None);
+        let s = WalSource {
+            connstring: "postgres://u:secret@127.0.0.1:5432/postgres".to_string(),
+            slot: "pageserver_x".to_string(),
+            system_id: 7,
+            consistent_lsn: Lsn(0x3000100),
+        };
+        s.persist(&engine, dir.path()).await.unwrap();
+        assert_eq!(WalSource::load(&engine, dir.path()).await.unwrap(), Some(s.clone()));
+        assert!(!s.redacted_connstring().contains("secret"));
+        std::fs::write(dir.path().join(WAL_SOURCE_FILE), b"{\"connstring\": 1}").unwrap();
+        let err = WalSource::load(&engine, dir.path()).await.unwrap_err().to_string();
+        assert!(err.contains(WAL_SOURCE_FILE), "{err}");
+        WalSource::remove(&engine, dir.path()).await.unwrap();
+        assert_eq!(WalSource::load(&engine, dir.path()).await.unwrap(), None);
+    }
+}

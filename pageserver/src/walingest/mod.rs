@@ -1,0 +1,131 @@
+//! WAL records into page-store values, without a PostgreSQL redo process
+//! (see `docs/wal-ingest.md`).
+//!
+//! For every decoded record, at the record's end LSN:
+//! 1. each block reference with a full-page image stores that image as the
+//!    block's new version (`image.rs`: `pd_lsn` stamped, checksum redone); a
+//!    reference past the relation's end extends it (gap blocks read as
+//!    zeros); a reference without an image stores a `Record::Postgres`, so
+//!    a read of that page fails naming the LSN and the rmgr: never a wrong
+//!    page;
+//! 2. the records that change what no image shows are applied natively
+//!    (`native.rs`): relation create/truncate/drop, CLOG and multixact
+//!    pages, databases, relmap files, two-phase state, the checkpoint, and
+//!    visibility-map bits cleared by heap records.
+//!
+//! The caller (the WAL receiver) owns the `DatadirModification`: it moves it
+//! to each record's end LSN with `set_lsn`, and commits batches of records.
+
+mod image;
+mod native;
+
+use anyhow::Context;
+use bytes::Bytes;
+use pageserver_api::key::Key;
+use pageserver_api::reltag::RelTag;
+use postgres_ffi::controlfile::ControlFileData;
+use postgres_ffi::wal::{BlockTag, DecodedWalRecord};
+use postgres_ffi::PgMajorVersion;
+use utils::lsn::Lsn;
+
+use crate::pgdatadir_mapping::{get_one, DatadirModification};
+use crate::tenant::value::{Record, Value};
+use crate::tenant::{ReadKind, Timeline};
+
+pub use image::page_from_image;
+
+/// What the receiver should know about an ingested record.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Ingested {
+    /// A shutdown checkpoint: the primary is stopping and waits until the
+    /// standby reports it flushed, so make it durable now.
+    pub shutdown_checkpoint: bool,
+}
+
+/// Per-timeline ingest state.
+pub struct WalIngest {
+    version: PgMajorVersion,
+    /// The cluster has data checksums: stored images get theirs recomputed.
+    data_checksums: bool,
+    /// The latest checkpoint (`CheckPoint` bytes) as ingest keeps it current.
+    checkpoint: native::CheckpointState,
+}
+
+impl WalIngest {
+    /// State of `tl` as of `lsn` (its control file and checkpoint).
+    pub async fn new(tl: &Timeline, lsn: Lsn) -> anyhow::Result<WalIngest> {
+        let version = PgMajorVersion::new(tl.pg_version)?;
+        let read = ReadKind::Ingest;
+        let control = get_one(tl, read, Key::control_file(), lsn)
+            .await?
+            .context("the timeline has no control file (was it created from a base backup?)")?;
+        let control = ControlFileData::decode(&control, version)
+            .context("the timeline's control file does not decode")?;
+        let checkpoint = get_one(tl, read, Key::checkpoint(), lsn)
+            .await?
+            .context("the timeline has no checkpoint value")?;
+        Ok(WalIngest {
+            version,
+            data_checksums: control.data_checksum_version != 0,
+            checkpoint: native::CheckpointState::new(checkpoint, version),
+        })
+    }
+
+    /// Apply one record; `m` is already at `rec.end_lsn`.
+    pub async fn ingest(
+        &mut self,
+        rec: &DecodedWalRecord,
+        m: &mut DatadirModification<'_>,
+    ) -> anyhow::Result<Ingested> {
+        debug_assert_eq!(m.lsn(), rec.end_lsn);
+        let outcome = native::apply(self, rec, m)
+            .await
+            .with_context(|| format!("record at {} (rmgr {})", rec.lsn, rec.rmid))?;
+        self.put_blocks(rec, m).await?;
+        if self.checkpoint.take_dirty() {
+            m.put_checkpoint(self.checkpoint.encode());
+        }
+        Ok(outcome)
+    }
+
+    /// Step 1 of the module comment: every block reference.
+    async fn put_blocks(
+        &self,
+        rec: &DecodedWalRecord,
+        m: &mut DatadirModification<'_>,
+    ) -> anyhow::Result<()> {
+        for blk in &rec.blocks {
+            let rel = rel_of(&blk.tag);
+            let blkno = blk.tag.blkno;
+            let value = match &blk.image {
+                Some(img) => {
+                    Value::Image(page_from_image(img, blkno, rec.end_lsn, self.data_checksums))
+                }
+                None => Value::Record(Record::Postgres {
+                    will_init: blk.will_init,
+                    rmid: rec.rmid,
+                    rec: Bytes::new(),
+                }),
+            };
+            m.put_rel_value(rel, blkno, value)
+                .await
+                .with_context(|| format!("block {blkno} of {rel} in the record at {}", rec.lsn))?;
+        }
+        Ok(())
+    }
+}
+
+/// Does ingesting `rec` read the timeline's committed state (beyond the
+/// modification's own pending changes)? `CREATE DATABASE ... FILE_COPY`
+/// copies the source database as of the record: the caller commits what
+/// it has before such a record.
+pub fn reads_committed_state(rec: &DecodedWalRecord) -> bool {
+    use postgres_ffi::wal::rmgr::database::XLOG_DBASE_CREATE_FILE_COPY;
+    rec.rmid == postgres_ffi::wal::rmgr_id::DATABASE
+        && rec.rmgr_info() == XLOG_DBASE_CREATE_FILE_COPY
+}
+
+/// The relation fork a block reference names.
+pub fn rel_of(tag: &BlockTag) -> RelTag {
+    RelTag { spcnode: tag.spc_oid, dbnode: tag.db_oid, relnode: tag.rel_number, forknum: tag.fork }
+}

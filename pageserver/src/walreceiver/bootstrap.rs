@@ -1,0 +1,258 @@
+//! Starting to follow a primary: check its settings, create the slot, take
+//! a base backup over the replication connection, import it, persist the
+//! source with the new timeline, start the receiver. And the reverse:
+//! dropping the slot when the timeline is deleted.
+//!
+//! Failure leaves nothing behind: the timeline is created only by
+//! `UninitializedTimeline::finish` (with `wal_source.json` inside it), and
+//! a slot this code created is dropped again when a later step fails.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use pq_proto::connstring::ConnString;
+use pq_proto::replication::{validate_slot_name, ReplicationClient};
+use tracing::{info, warn};
+use utils::id::TimelineId;
+use utils::lsn::Lsn;
+
+use super::WalReceiverConf;
+use crate::import::{import_basebackup_unfinished, ImportError};
+use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::{Tenant, Timeline};
+
+/// Resource managers that modify relation pages: `wal_consistency_checking`
+/// must cover all of them, so that every page change carries an image.
+pub const PAGE_RMGRS: &[&str] =
+    &["heap", "heap2", "btree", "hash", "gin", "gist", "sequence", "spgist", "brin", "generic"];
+
+/// Why following a primary could not start. Each names what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// Bad request: connection string, slot name, settings of the primary.
+    #[error("{0}")]
+    Refused(String),
+    /// The slot exists already (create) or does not (attach).
+    #[error("{0}")]
+    Slot(String),
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+fn refused(msg: impl Into<String>) -> BootstrapError {
+    BootstrapError::Refused(msg.into())
+}
+
+/// Connect with `replication=true` and check the primary's settings.
+/// Returns the client and the server's major version.
+pub async fn connect_and_check(
+    connstring: &str,
+) -> Result<(ReplicationClient, u32), BootstrapError> {
+    let cs =
+        ConnString::parse(connstring).map_err(|e| refused(format!("source.connstring: {e}")))?;
+    let mut client = ReplicationClient::connect_with(&cs)
+        .await
+        .map_err(|e| refused(format!("cannot connect to the primary {}: {e}", cs.redacted())))?;
+    let show = |v: Result<String, pq_proto::client::ClientError>, name: &str| {
+        v.map_err(|e| refused(format!("cannot read the primary's {name}: {e}")))
+    };
+    let version_num = show(client.show("server_version_num").await, "server_version_num")?;
+    let major = version_num.trim().parse::<u32>().map(|n| n / 10000).unwrap_or(0);
+    if !(15..=18).contains(&major) {
+        return Err(refused(format!(
+            "the primary runs PostgreSQL server_version_num {version_num}; supported: 15 to 18"
+        )));
+    }
+    let wal_level = show(client.show("wal_level").await, "wal_level")?;
+    if wal_level != "replica" && wal_level != "logical" {
+        return Err(refused(format!(
+            "the primary has wal_level = {wal_level}; it must be replica or logical"
+        )));
+    }
+    let checking = show(client.show("wal_consistency_checking").await, "wal_consistency_checking")?;
+    check_consistency_checking(&checking)?;
+    Ok((client, major))
+}
+
+/// `wal_consistency_checking` must be `all` or name every page rmgr.
+pub fn check_consistency_checking(value: &str) -> Result<(), BootstrapError> {
+    let listed: Vec<String> =
+        value.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect();
+    if listed.iter().any(|s| s == "all") {
+        return Ok(());
+    }
+    let missing: Vec<&str> =
+        PAGE_RMGRS.iter().copied().filter(|r| !listed.iter().any(|s| s == r)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(refused(format!(
+        "the primary has wal_consistency_checking = '{value}', which leaves out {}: without \
+         page images this pageserver (which runs no PostgreSQL redo) cannot rebuild those \
+         pages; set wal_consistency_checking = 'all' (and wal_compression = zstd or pglz to \
+         keep the WAL small)",
+        missing.join(", ")
+    )))
+}
+
+/// The slot name for a new timeline: as given, or `pageserver_<timeline>`.
+pub fn slot_name(given: Option<&str>, timeline: TimelineId) -> Result<String, BootstrapError> {
+    let name = given.map(str::to_string).unwrap_or_else(|| format!("pageserver_{timeline}"));
+    validate_slot_name(&name).map_err(|e| refused(format!("source.slot: {e}")))?;
+    Ok(name)
+}
+
+/// `POST .../timeline` with a source: the whole bootstrap (module comment).
+pub async fn create_following_timeline(
+    tenant: Arc<Tenant>,
+    timeline_id: TimelineId,
+    connstring: String,
+    slot: Option<String>,
+    conf: Arc<WalReceiverConf>,
+) -> Result<Arc<Timeline>, BootstrapError> {
+    let slot = slot_name(slot.as_deref(), timeline_id)?;
+    let (mut client, major) = connect_and_check(&connstring).await?;
+    let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
+    client.create_physical_slot(&slot, true).await.map_err(|e| {
+        BootstrapError::Slot(format!("cannot create replication slot {slot} on the primary: {e}"))
+    })?;
+    info!("created slot {slot} (PostgreSQL {major}); taking a base backup");
+    let result =
+        backup_and_import(&mut client, &tenant, timeline_id, &connstring, &slot, id.systemid).await;
+    match result {
+        Ok((tl, source)) => {
+            super::start(&tl, source, conf);
+            Ok(tl)
+        }
+        Err(e) => {
+            if let Err(drop_err) = client.drop_slot(&slot, false).await {
+                warn!("could not drop slot {slot} after a failed bootstrap: {drop_err}");
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn backup_and_import(
+    client: &mut ReplicationClient,
+    tenant: &Arc<Tenant>,
+    timeline_id: TimelineId,
+    connstring: &str,
+    slot: &str,
+    system_id: u64,
+) -> Result<(Arc<Timeline>, WalSource), BootstrapError> {
+    let label = format!("pageserver {}/{timeline_id}", tenant.id());
+    let mut backup = client.base_backup(&label, true).await.context("BASE_BACKUP")?;
+    let start_lsn = Lsn(backup.start_lsn);
+    let uninit = {
+        let stream = futures::stream::unfold(&mut backup, |b| async move {
+            match b.next_chunk().await {
+                Ok(Some(chunk)) => Some((Ok(chunk), b)),
+                Ok(None) => None,
+                Err(e) => Some((Err(std::io::Error::other(e)), b)),
+            }
+        });
+        import_basebackup_unfinished(tenant.clone(), timeline_id, Box::pin(stream)).await?
+    };
+    let end = backup.finish().await.context("the end of the base backup")?;
+    let source = WalSource {
+        connstring: connstring.to_string(),
+        slot: slot.to_string(),
+        system_id,
+        consistent_lsn: Lsn(end.end_lsn),
+    };
+    let engine = &tenant.conf().io_engine;
+    source.persist(engine, uninit.timeline().dir()).await?;
+    // `finish` loads the timeline from its final directory, source included.
+    let tl = uninit.finish().await.map_err(|e| BootstrapError::Other(e.into()))?;
+    info!(
+        "timeline {}/{timeline_id} follows the primary from {start_lsn}; readable from {}",
+        tenant.id(),
+        source.consistent_lsn
+    );
+    Ok((tl, source))
+}
+
+/// `PUT .../source`: check the primary (settings, same cluster as the
+/// timeline's control file) and the slot (exists, still holds the WAL from
+/// the timeline's `last_record_lsn`), then persist the source.
+pub async fn attach_source(
+    tl: &Arc<Timeline>,
+    connstring: String,
+    slot: Option<String>,
+) -> Result<WalSource, BootstrapError> {
+    if let Some(existing) = tl.wal_source() {
+        return Err(BootstrapError::Slot(format!(
+            "timeline {}/{} already follows {} on slot {}",
+            tl.tenant_id,
+            tl.timeline_id,
+            existing.redacted_connstring(),
+            existing.slot
+        )));
+    }
+    let slot = slot.ok_or_else(|| refused("source.slot: required (an existing physical slot)"))?;
+    validate_slot_name(&slot).map_err(|e| refused(format!("source.slot: {e}")))?;
+    let (mut client, major) = connect_and_check(&connstring).await?;
+    if major != tl.pg_version {
+        return Err(refused(format!(
+            "the primary runs PostgreSQL {major}, the timeline holds PostgreSQL {}",
+            tl.pg_version
+        )));
+    }
+    let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
+    let lsn = tl.get_last_record_lsn();
+    let control = crate::pgdatadir_mapping::get_one(
+        tl,
+        crate::tenant::ReadKind::Ingest,
+        pageserver_api::key::Key::control_file(),
+        lsn,
+    )
+    .await
+    .map_err(|e| BootstrapError::Other(e.into()))?
+    .ok_or_else(|| refused("the timeline has no control file: import a base backup first"))?;
+    let version = postgres_ffi::PgMajorVersion::new(tl.pg_version).map_err(anyhow::Error::from)?;
+    let control = postgres_ffi::controlfile::ControlFileData::decode(&control, version)
+        .map_err(anyhow::Error::from)?;
+    if control.system_identifier != id.systemid {
+        return Err(refused(format!(
+            "the primary is cluster {}, the timeline was imported from cluster {}",
+            id.systemid, control.system_identifier
+        )));
+    }
+    let info = client.read_slot(&slot).await.context("READ_REPLICATION_SLOT")?;
+    let Some(info) = info else {
+        return Err(BootstrapError::Slot(format!("replication slot {slot} does not exist")));
+    };
+    match info.restart_lsn {
+        Some(restart) if Lsn(restart) <= lsn => {}
+        other => {
+            return Err(BootstrapError::Slot(format!(
+                "replication slot {slot} no longer holds WAL from {lsn} (restart_lsn {}): the \
+                 timeline cannot catch up from it",
+                other.map(|l| Lsn(l).to_string()).unwrap_or_else(|| "none".to_string())
+            )))
+        }
+    }
+    let source = WalSource {
+        connstring,
+        slot,
+        system_id: id.systemid,
+        consistent_lsn: tl.min_readable_lsn(),
+    };
+    tl.set_wal_source(Some(source.clone())).await?;
+    Ok(source)
+}
+
+/// Drop the slot of a deleted timeline. `Err` says why it could not.
+pub async fn drop_slot(source: &WalSource) -> anyhow::Result<()> {
+    let mut client = ReplicationClient::connect(&source.connstring)
+        .await
+        .with_context(|| format!("connect to {}", source.redacted_connstring()))?;
+    client
+        .drop_slot(&source.slot, false)
+        .await
+        .with_context(|| format!("DROP_REPLICATION_SLOT {}", source.slot))?;
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! The WAL receiver: one task per timeline that follows a primary
+//! (`WalSource`), streaming WAL over physical replication into the timeline.
+//!
+//! Lifecycle: started when the timeline is created with a source, when a
+//! source is set (`PUT .../source`), and at start-up for every timeline that
+//! has one; it is a background task of the timeline, so it ends when the
+//! timeline's `cancel` fires (shutdown, deletion) and `Timeline::shutdown`
+//! waits for it.
+//!
+//! Each session (`session.rs`) connects, checks the primary's system id,
+//! starts replication on the slot at `last_record_lsn` (always a record
+//! boundary), and ingests what arrives. A session that fails or ends (the
+//! primary stopped or restarted, the network broke) is retried after a
+//! capped exponential backoff, logged once per attempt with the reason.
+//!
+//! Durability contract with the primary: the flush position reported is
+//! `disk_consistent_lsn`, so the slot never releases WAL that is not in
+//! layer files yet; a crash replays from there.
+
+pub mod bootstrap;
+mod session;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
+
+use crate::metrics::walreceiver::METRICS;
+use crate::tenant::mgr::TenantManager;
+use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::Timeline;
+
+pub use session::SessionEnd;
+
+/// Settings of every WAL receiver.
+#[derive(Debug, Clone)]
+pub struct WalReceiverConf {
+    /// Standby status updates at least this often (PostgreSQL's
+    /// `wal_receiver_status_interval` default is 10 s).
+    pub status_interval: Duration,
+    /// With no WAL for this long, make what was ingested durable and report
+    /// the new flush position (so the slot advances and a stopping primary
+    /// is not kept waiting).
+    pub idle_flush_after: Duration,
+    /// First retry delay; doubles per failed attempt up to `max_backoff`.
+    pub min_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for WalReceiverConf {
+    fn default() -> Self {
+        WalReceiverConf {
+            status_interval: Duration::from_secs(10),
+            idle_flush_after: Duration::from_secs(1),
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Start the receiver of `tl` for `source`. It runs until the timeline's
+/// `cancel` fires.
+pub fn start(tl: &Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
+    let span = tracing::info_span!(
+        "walreceiver",
+        tenant_id = %tl.tenant_id,
+        timeline_id = %tl.timeline_id
+    );
+    let tl2 = Arc::clone(tl);
+    tl.spawn_background(run(tl2, source, conf).instrument(span));
+}
+
+/// Start the receiver of every loaded timeline that follows a primary.
+pub fn start_all(tenants: &TenantManager, conf: &Arc<WalReceiverConf>) {
+    for tenant in tenants.list_tenants() {
+        for tl in tenant.list_timelines() {
+            if let Some(source) = tl.wal_source() {
+                start(&tl, source, Arc::clone(conf));
+            }
+        }
+    }
+}
+
+async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
+    info!(
+        "following {} on slot {} from {}",
+        source.redacted_connstring(),
+        source.slot,
+        tl.get_last_record_lsn()
+    );
+    let cancel: CancellationToken = tl.cancel.clone();
+    let mut backoff = conf.min_backoff;
+    loop {
+        let ended = session::run(&tl, &source, &conf).await;
+        if cancel.is_cancelled() {
+            break;
+        }
+        match ended {
+            Ok(SessionEnd::Cancelled) => break,
+            Ok(end) => {
+                info!("replication ended: {end}; reconnecting");
+                backoff = conf.min_backoff;
+            }
+            Err(e) => warn!("replication failed: {e:#}; retrying in {backoff:?}"),
+        }
+        METRICS.reconnects.inc();
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(conf.max_backoff);
+    }
+    info!("WAL receiver stopped at {}", tl.get_last_record_lsn());
+}

@@ -1,0 +1,182 @@
+//! One replication session: connect, identify, stream, ingest.
+//!
+//! The loop waits for whichever comes first: a message from the primary,
+//! the status timer, the idle timer, the timeline's cancellation. WAL bytes
+//! go into the stream decoder; every complete record is ingested at its end
+//! LSN, all records of one message in one `DatadirModification` (one
+//! commit, one `last_record_lsn` advance). Nothing is read from the socket
+//! while a commit waits for ingest backpressure (in-memory budget, frozen
+//! layers), so a fast primary is slowed by TCP, not buffered in memory.
+
+use std::fmt;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use postgres_ffi::wal::{rmgr_id, WalStreamDecoder};
+use postgres_ffi::PgMajorVersion;
+use pq_proto::replication::{ReplicationClient, ReplicationMessage, StreamEnd, XLogData};
+use tokio::time::{sleep_until, Instant as TokioInstant};
+use utils::lsn::Lsn;
+
+use super::status::StatusReporter;
+use super::WalReceiverConf;
+use crate::metrics::walreceiver::METRICS;
+use crate::pgdatadir_mapping::DatadirModification;
+use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::Timeline;
+use crate::walingest::WalIngest;
+
+/// How a session ended without an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The timeline is shutting down.
+    Cancelled,
+    /// The primary ended the stream (shutdown, timeline switch).
+    Primary(String),
+}
+
+impl fmt::Display for SessionEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionEnd::Cancelled => f.write_str("timeline shutting down"),
+            SessionEnd::Primary(why) => write!(f, "the primary ended the stream ({why})"),
+        }
+    }
+}
+
+pub async fn run(
+    tl: &Timeline,
+    source: &WalSource,
+    conf: &WalReceiverConf,
+) -> anyhow::Result<SessionEnd> {
+    let cancel = tl.cancel.clone();
+    let connect = ReplicationClient::connect(&source.connstring);
+    let mut client = tokio::select! {
+        _ = cancel.cancelled() => return Ok(SessionEnd::Cancelled),
+        c = connect => c.with_context(|| format!("connect to {}", source.redacted_connstring()))?,
+    };
+    let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
+    if id.systemid != source.system_id {
+        bail!(
+            "the primary at {} is another cluster: system id {}, this timeline follows {}",
+            source.redacted_connstring(),
+            id.systemid,
+            source.system_id
+        );
+    }
+    let start = tl.get_last_record_lsn();
+    let version = PgMajorVersion::new(tl.pg_version)?;
+    let mut decoder = WalStreamDecoder::new(start, version);
+    decoder.set_system_id(source.system_id);
+    let mut ingest = WalIngest::new(tl, start).await?;
+    let mut stream = client
+        .start_replication(Some(&source.slot), start.0, id.timeline)
+        .await
+        .with_context(|| format!("START_REPLICATION SLOT {} at {start}", source.slot))?;
+    tracing::info!("streaming from {start} (primary at {})", Lsn(id.xlogpos));
+    let mut status = StatusReporter::new(conf.status_interval);
+    let mut idle_deadline: Option<TokioInstant> = None;
+    loop {
+        let idle = async {
+            match idle_deadline {
+                Some(at) => sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                status.send(&mut stream, tl, &decoder, false).await?;
+                return Ok(SessionEnd::Cancelled);
+            }
+            msg = stream.recv() => match msg.context("receive WAL")? {
+                ReplicationMessage::XLogData(x) => {
+                    let shutdown = ingest_message(tl, &mut decoder, &mut ingest, x).await?;
+                    if shutdown {
+                        flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
+                        idle_deadline = None;
+                    } else {
+                        idle_deadline = Some(TokioInstant::now() + conf.idle_flush_after);
+                    }
+                }
+                ReplicationMessage::PrimaryKeepalive(k) => {
+                    METRICS.observe_primary_end(k.wal_end, tl.get_last_record_lsn());
+                    if k.reply_requested {
+                        status.send(&mut stream, tl, &decoder, false).await?;
+                    }
+                }
+                ReplicationMessage::End(end) => return Ok(SessionEnd::Primary(describe(&end))),
+            },
+            _ = status.tick() => status.send(&mut stream, tl, &decoder, false).await?,
+            _ = idle => {
+                flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
+                idle_deadline = None;
+            }
+        }
+    }
+}
+
+fn describe(end: &StreamEnd) -> String {
+    format!("{end:?}")
+}
+
+/// Feed one XLogData message and ingest every record it completes.
+/// Returns true if one of them was a shutdown checkpoint.
+async fn ingest_message(
+    tl: &Timeline,
+    decoder: &mut WalStreamDecoder,
+    ingest: &mut WalIngest,
+    x: XLogData,
+) -> anyhow::Result<bool> {
+    if Lsn(x.wal_start) != decoder.fed_lsn() {
+        bail!(
+            "the primary sent WAL from {} but the stream is at {}",
+            Lsn(x.wal_start),
+            decoder.fed_lsn()
+        );
+    }
+    METRICS.observe_primary_end(x.wal_end, tl.get_last_record_lsn());
+    METRICS.wal_bytes.inc_by(x.data.len() as u64);
+    decoder.feed_bytes(&x.data);
+    let started = Instant::now();
+    let mut modification: Option<DatadirModification<'_>> = None;
+    let mut shutdown_checkpoint = false;
+    while let Some(rec) = decoder.poll_decode()? {
+        if crate::walingest::reads_committed_state(&rec) {
+            if let Some(m) = modification.take() {
+                m.commit().await?;
+            }
+        }
+        let m = match modification.as_mut() {
+            None => modification.insert(tl.begin_modification(rec.end_lsn)),
+            Some(m) => {
+                m.set_lsn(rec.end_lsn).await?;
+                m
+            }
+        };
+        let outcome = ingest.ingest(&rec, m).await?;
+        shutdown_checkpoint |= outcome.shutdown_checkpoint;
+        METRICS.record(rec.rmid);
+        if rec.rmid == rmgr_id::XLOG && outcome.shutdown_checkpoint {
+            tracing::info!("shutdown checkpoint at {}", rec.lsn);
+        }
+    }
+    if let Some(m) = modification {
+        m.commit().await?;
+        METRICS.ingest_seconds.observe(started.elapsed().as_secs_f64());
+    }
+    Ok(shutdown_checkpoint)
+}
+
+/// Make everything ingested durable, then tell the primary.
+async fn flush_and_report(
+    tl: &Timeline,
+    status: &mut StatusReporter,
+    stream: &mut pq_proto::replication::ReplicationStream<'_>,
+    decoder: &WalStreamDecoder,
+) -> anyhow::Result<()> {
+    if tl.get_disk_consistent_lsn() < tl.get_last_record_lsn() {
+        tl.freeze_and_flush().await.context("flush ingested WAL")?;
+    }
+    status.send(stream, tl, decoder, false).await
+}

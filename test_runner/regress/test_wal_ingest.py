@@ -1,0 +1,104 @@
+"""Follow a live PostgreSQL: the daemon bootstraps a timeline from the
+primary (slot, BASE_BACKUP, import), streams WAL, and serves at each
+checkpointed LSN exactly the pages of the primary's own files (masked as
+PostgreSQL's consistency checking masks them)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fixtures.pagestream import parse_lsn
+from fixtures.wal_compare import compare_with_primary
+
+PRIMARY_SETTINGS = {
+    "wal_consistency_checking": "'all'",
+    "wal_compression": "zstd",
+    "max_replication_slots": "4",
+    "max_prepared_transactions": "4",
+}
+
+
+@pytest.fixture
+def primary(vanilla_pg):
+    return vanilla_pg.init(PRIMARY_SETTINGS).start()
+
+
+def connstring(pg) -> str:
+    return f"postgres://postgres@127.0.0.1:{pg.port}/postgres"
+
+
+def wait_for_lsn(http, tenant: str, timeline: str, lsn: int, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = http.timeline_get(tenant, timeline)
+        if parse_lsn(info["last_record_lsn"]) >= lsn:
+            return info
+        assert time.monotonic() < deadline, f"ingest stuck at {info['last_record_lsn']}, waiting for {lsn:X}"
+        time.sleep(0.05)
+
+
+def checkpoint_lsn(pg) -> int:
+    pg.psql("CHECKPOINT")
+    return parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+
+
+def assert_matches(ps, tenant, timeline, pg, what: str) -> None:
+    lsn = checkpoint_lsn(pg)
+    wait_for_lsn(ps.http_client(), tenant, timeline, lsn)
+    res = compare_with_primary(ps, tenant, timeline, pg, lsn)
+    assert res.pages > 100, res
+    assert not res.mismatches, f"{what}: {len(res.mismatches)} mismatches of {res.pages} pages:\n" + "\n".join(res.mismatches[:40])
+
+
+# The primary stops (restart, teardown) while the daemon follows it.
+PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|terminating)"]
+
+
+def test_follow_primary_pages_match(pageserver, primary):
+    ps, pg = pageserver, primary
+    ps.allow_errors(*PRIMARY_GONE)
+    http = ps.http_client()
+    tenant = http.tenant_create()
+    info = http._json(
+        "POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(pg)}}
+    )
+    timeline = info["timeline_id"]
+    assert info["wal_source"]["slot"] == f"pageserver_{timeline}"
+    assert "password" not in info["wal_source"]["connstring"]
+    slots = pg.psql("SELECT slot_name FROM pg_replication_slots")
+    assert f"pageserver_{timeline}" in slots
+
+    pg.pgbench_init(1)
+    pg.psql("CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 5000) g")
+    pg.psql("CREATE INDEX t_v ON t USING hash (v); UPDATE t SET v = v || 'x' WHERE id % 3 = 0; DELETE FROM t WHERE id % 7 = 0")
+    pg.psql("VACUUM t")
+    assert_matches(ps, tenant, timeline, pg, "after pgbench -i and DDL")
+
+    pg.psql("TRUNCATE pgbench_history; BEGIN; CREATE TABLE gone (x int); INSERT INTO gone VALUES (1); ROLLBACK")
+    pg.psql("CREATE DATABASE copied STRATEGY FILE_COPY")
+    pg.psql("CREATE DATABASE logged STRATEGY WAL_LOG")
+    pg.psql("CREATE TABLE u AS SELECT g FROM generate_series(1, 1000) g", dbname="copied")
+    pg.psql("VACUUM FULL t")
+    assert_matches(ps, tenant, timeline, pg, "after TRUNCATE, CREATE DATABASE, VACUUM FULL")
+
+    pg.psql("DROP DATABASE logged")
+    pg.stop()  # clean stop: the daemon reports the shutdown checkpoint flushed promptly
+    pg.start()
+    assert_matches(ps, tenant, timeline, pg, "after a primary restart")
+
+    http.timeline_delete(tenant, timeline)
+    assert pg.psql("SELECT count(*) FROM pg_replication_slots") == "0"
+
+
+def test_primary_without_consistency_checking_is_refused(pageserver, vanilla_pg):
+    pg = vanilla_pg.init({"max_replication_slots": "4"}).start()
+    http = pageserver.http_client()
+    tenant = http.tenant_create()
+    from fixtures.http import PageserverApiError
+
+    with pytest.raises(PageserverApiError) as e:
+        http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(pg)}})
+    assert e.value.status == 400 and "wal_consistency_checking" in e.value.msg, e.value
+    assert pg.psql("SELECT count(*) FROM pg_replication_slots") == "0"
