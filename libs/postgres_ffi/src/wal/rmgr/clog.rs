@@ -40,13 +40,16 @@ pub(crate) fn decode(
     match rec.rmgr_info() {
         CLOG_ZEROPAGE => {
             let mut c = Cursor::new(rec, "CLOG ZEROPAGE");
-            Ok(Some(ClogRecord::ZeroPage { pageno: read_slru_pageno(&mut c, version)? }))
+            let pageno = read_slru_pageno(&mut c, version)?;
+            c.finish()?;
+            Ok(Some(ClogRecord::ZeroPage { pageno }))
         }
         CLOG_TRUNCATE => {
             let mut c = Cursor::new(rec, "CLOG TRUNCATE");
             let pageno = read_slru_pageno(&mut c, version)?;
             let oldest_xid = c.u32("oldestXact")?;
             let oldest_xid_db = c.u32("oldestXactDb")?;
+            c.finish()?;
             Ok(Some(ClogRecord::Truncate { pageno, oldest_xid, oldest_xid_db }))
         }
         _ => Ok(None),
@@ -83,6 +86,13 @@ mod tests {
             let err = classify(&record(CLOG, CLOG_ZEROPAGE, neg.bytes()), v).unwrap_err();
             assert_err(err, "CLOG ZEROPAGE: page number -1 out of range");
         }
+        // A 17 record read as 16 (and the reverse) has the wrong length.
+        let wide = Le::new().i64(3);
+        let err = classify(&record(CLOG, CLOG_ZEROPAGE, wide.bytes()), PgMajorVersion::V16);
+        assert_err(err.unwrap_err(), "4 bytes left");
+        let narrow = Le::new().i32(3);
+        let err = classify(&record(CLOG, CLOG_ZEROPAGE, narrow.bytes()), PgMajorVersion::V17);
+        assert_err(err.unwrap_err(), "pageno");
         let big = Le::new().i64(1 << 40);
         let err = classify(&record(CLOG, CLOG_ZEROPAGE, big.bytes()), PgMajorVersion::V18);
         assert_err(err.unwrap_err(), "out of range");

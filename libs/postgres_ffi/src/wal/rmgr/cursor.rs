@@ -100,6 +100,18 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The end of a record whose main data PostgreSQL registers as exactly
+    /// the fields read: bytes left over mean another version's layout.
+    pub(crate) fn finish(&self) -> Result<(), WalDecodeError> {
+        match self.remaining() {
+            0 => Ok(()),
+            n => Err(self.error(format_args!(
+                "{n} bytes left after the last field (main data is {} bytes)",
+                self.buf.len()
+            ))),
+        }
+    }
+
     /// A NUL-terminated string (the terminator is consumed, not returned).
     pub(crate) fn cstr(&mut self, field: &str) -> Result<&'a [u8], WalDecodeError> {
         let rest = &self.buf[self.pos..];

@@ -24,25 +24,31 @@ pub enum DatabaseRecord {
 }
 
 pub(crate) fn decode(rec: &DecodedWalRecord) -> Result<Option<DatabaseRecord>, WalDecodeError> {
-    Ok(Some(match rec.rmgr_info() {
-        XLOG_DBASE_CREATE_FILE_COPY => {
-            let mut c = Cursor::new(rec, "Database CREATE_FILE_COPY");
-            DatabaseRecord::CreateFileCopy {
-                db_oid: c.u32("db_id")?,
-                spc_oid: c.u32("tablespace_id")?,
-                src_db_oid: c.u32("src_db_id")?,
-                src_spc_oid: c.u32("src_tablespace_id")?,
-            }
-        }
-        XLOG_DBASE_CREATE_WAL_LOG => {
-            let mut c = Cursor::new(rec, "Database CREATE_WAL_LOG");
-            DatabaseRecord::CreateWalLog {
-                db_oid: c.u32("db_id")?,
-                spc_oid: c.u32("tablespace_id")?,
-            }
-        }
-        XLOG_DBASE_DROP => {
-            let mut c = Cursor::new(rec, "Database DROP");
+    let what = match rec.rmgr_info() {
+        XLOG_DBASE_CREATE_FILE_COPY => "Database CREATE_FILE_COPY",
+        XLOG_DBASE_CREATE_WAL_LOG => "Database CREATE_WAL_LOG",
+        XLOG_DBASE_DROP => "Database DROP",
+        _ => return Ok(None),
+    };
+    let mut c = Cursor::new(rec, what);
+    let record = fields(rec.rmgr_info(), &mut c)?;
+    c.finish()?;
+    Ok(Some(record))
+}
+
+fn fields(info: u8, c: &mut Cursor) -> Result<DatabaseRecord, WalDecodeError> {
+    Ok(match info {
+        XLOG_DBASE_CREATE_FILE_COPY => DatabaseRecord::CreateFileCopy {
+            db_oid: c.u32("db_id")?,
+            spc_oid: c.u32("tablespace_id")?,
+            src_db_oid: c.u32("src_db_id")?,
+            src_spc_oid: c.u32("src_tablespace_id")?,
+        },
+        XLOG_DBASE_CREATE_WAL_LOG => DatabaseRecord::CreateWalLog {
+            db_oid: c.u32("db_id")?,
+            spc_oid: c.u32("tablespace_id")?,
+        },
+        _ => {
             let db_oid = c.u32("db_id")?;
             let n = c.count(4, "ntablespaces")?;
             let mut spc_oids = Vec::with_capacity(n);
@@ -51,8 +57,7 @@ pub(crate) fn decode(rec: &DecodedWalRecord) -> Result<Option<DatabaseRecord>, W
             }
             DatabaseRecord::Drop { db_oid, spc_oids }
         }
-        _ => return Ok(None),
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -102,6 +107,9 @@ mod tests {
             DatabaseRecord::CreateWalLog { db_oid: 16401, spc_oid: 16390 }
         );
         assert_truncations_fail(main.bytes(), |m| db(XLOG_DBASE_CREATE_WAL_LOG, m));
+        let long = Le::new().u32(16401).u32(16390).u32(0);
+        let err = db(XLOG_DBASE_CREATE_WAL_LOG, long.bytes()).unwrap_err();
+        assert_err(err, "Database CREATE_WAL_LOG: 4 bytes left after the last field");
     }
 
     #[test]

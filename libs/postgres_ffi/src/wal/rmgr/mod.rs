@@ -18,7 +18,11 @@
 //!   page cannot be rebuilt at this LSN;
 //! - no input panics, loops or allocates more than the main data's length:
 //!   every count is checked against the bytes that are actually there, and
-//!   every error names the record's LSN and the field at fault.
+//!   every error names the record's LSN and the field at fault;
+//! - main data that PostgreSQL registers as exactly one layout (every kind
+//!   here but the heap records) must be exactly that long: bytes left over
+//!   are an error, which is how a record read with the wrong version's
+//!   layout (CLOG page width, stats item size, relmap size) shows.
 //!
 //! Layouts are those of the headers of each major (`xact.h`,
 //! `storage_xlog.h`, `clog.h`, `multixact.h`, `dbcommands_xlog.h`,

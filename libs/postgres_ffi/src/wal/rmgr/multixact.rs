@@ -64,22 +64,28 @@ pub(crate) fn decode(
     Ok(Some(match rec.rmgr_info() {
         XLOG_MULTIXACT_ZERO_OFF_PAGE => {
             let mut c = Cursor::new(rec, "MultiXact ZERO_OFF_PAGE");
-            MultiXactRecord::ZeroOffsetsPage { pageno: read_slru_pageno(&mut c, version)? }
+            let pageno = read_slru_pageno(&mut c, version)?;
+            c.finish()?;
+            MultiXactRecord::ZeroOffsetsPage { pageno }
         }
         XLOG_MULTIXACT_ZERO_MEM_PAGE => {
             let mut c = Cursor::new(rec, "MultiXact ZERO_MEM_PAGE");
-            MultiXactRecord::ZeroMembersPage { pageno: read_slru_pageno(&mut c, version)? }
+            let pageno = read_slru_pageno(&mut c, version)?;
+            c.finish()?;
+            MultiXactRecord::ZeroMembersPage { pageno }
         }
         XLOG_MULTIXACT_CREATE_ID => create(rec)?,
         XLOG_MULTIXACT_TRUNCATE_ID => {
             let mut c = Cursor::new(rec, "MultiXact TRUNCATE_ID");
-            MultiXactRecord::Truncate {
+            let truncate = MultiXactRecord::Truncate {
                 oldest_multi_db: c.u32("oldestMultiDB")?,
                 start_trunc_off: c.u32("startTruncOff")?,
                 end_trunc_off: c.u32("endTruncOff")?,
                 start_trunc_memb: c.u32("startTruncMemb")?,
                 end_trunc_memb: c.u32("endTruncMemb")?,
-            }
+            };
+            c.finish()?;
+            truncate
         }
         _ => return Ok(None),
     }))
@@ -99,6 +105,7 @@ fn create(rec: &DecodedWalRecord) -> Result<MultiXactRecord, WalDecodeError> {
         }
         members.push(MultiXactMember { xid, status });
     }
+    c.finish()?;
     if mid == 0 {
         return Err(c.error("multixact id is 0 (invalid)"));
     }
@@ -133,6 +140,8 @@ mod tests {
             );
             assert_truncations_fail(main.bytes(), |m| mx(XLOG_MULTIXACT_ZERO_MEM_PAGE, m, v));
         }
+        let err = mx(XLOG_MULTIXACT_ZERO_MEM_PAGE, Le::new().i64(1).bytes(), PgMajorVersion::V15);
+        assert_err(err.unwrap_err(), "MultiXact ZERO_MEM_PAGE: 4 bytes left");
         let err = mx(XLOG_MULTIXACT_ZERO_OFF_PAGE, &[1, 0, 0], PgMajorVersion::V16).unwrap_err();
         assert_err(err, "MultiXact ZERO_OFF_PAGE");
     }

@@ -43,6 +43,7 @@ pub(crate) fn decode(
     }
     let start = c.position();
     c.skip(nbytes, "map data")?;
+    c.finish()?;
     Ok(Some(RelMapUpdate { db_oid, spc_oid, map: rec.main_data.slice(start..start + nbytes) }))
 }
 

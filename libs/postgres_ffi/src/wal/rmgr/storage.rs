@@ -45,6 +45,7 @@ pub(crate) fn decode(rec: &DecodedWalRecord) -> Result<Option<StorageRecord>, Wa
             if !(0..=MAX_FORKNUM as i32).contains(&fork) {
                 return Err(c.error(format_args!("fork number {fork} out of range")));
             }
+            c.finish()?;
             Ok(Some(StorageRecord::Create { rel, fork: fork as u8 }))
         }
         XLOG_SMGR_TRUNCATE => {
@@ -55,6 +56,7 @@ pub(crate) fn decode(rec: &DecodedWalRecord) -> Result<Option<StorageRecord>, Wa
             if flags & !SMGR_TRUNCATE_ALL != 0 {
                 return Err(c.error(format_args!("unknown flags {flags:#x}")));
             }
+            c.finish()?;
             Ok(Some(StorageRecord::Truncate { rel, blkno, flags }))
         }
         _ => Ok(None),

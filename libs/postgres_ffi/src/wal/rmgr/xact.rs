@@ -14,7 +14,8 @@
 //! bytes (bit 3, commit only); two-phase `xid` (bit 4) and, inside it, the
 //! GID as a NUL-terminated string (bit 7, no padding after); origin
 //! `{lsn, timestamp}` (bit 5, 16 bytes, unaligned). Bit 6 (AE locks) and
-//! bits 29-31 carry no data.
+//! bits 29-31 carry no data. Nothing follows the last part: bytes left
+//! over are an error (the sign of a layout from another version).
 //!
 //! Version differences: `xl_xact_stats_item` is `{int kind; Oid dboid; Oid
 //! objoid}` (12 bytes) in 15, 16 and 17; 18 widens the object id to
@@ -195,6 +196,14 @@ fn completion(
     if xinfo & XACT_XINFO_HAS_ORIGIN != 0 {
         c.skip(XACT_ORIGIN_LEN, "origin")?;
     }
+    // PostgreSQL registers exactly these parts: anything left means the
+    // layout is not this version's (e.g. the stats item size).
+    if c.remaining() != 0 {
+        return Err(c.error(format_args!(
+            "{} bytes left after the last part xinfo {xinfo:#x} announces",
+            c.remaining()
+        )));
+    }
     let xid = match (prepared, twophase_xid) {
         (true, Some(xid)) => xid,
         (true, None) => {
@@ -360,6 +369,17 @@ mod tests {
             };
             assert_eq!((a.xid, a.prepared), (31, false));
         }
+    }
+
+    #[test]
+    fn leftover_bytes_are_an_error() {
+        let mut main = full(PgMajorVersion::V17, true, None);
+        main.push(0);
+        let info = XLOG_XACT_COMMIT_PREPARED | XLOG_XACT_HAS_INFO;
+        assert_err(xact(info, &main, 0, PgMajorVersion::V17).unwrap_err(), "1 bytes left");
+        // The same record read with PostgreSQL 18's 16-byte stats items.
+        let main = full(PgMajorVersion::V17, true, None);
+        assert!(xact(info, &main, 0, PgMajorVersion::V18).is_err());
     }
 
     #[test]

@@ -80,27 +80,31 @@ pub(crate) fn decode(
     version: PgMajorVersion,
 ) -> Result<Option<XlogRecord>, WalDecodeError> {
     let info = rec.rmgr_info();
-    Ok(Some(match info {
-        XLOG_CHECKPOINT_SHUTDOWN | XLOG_CHECKPOINT_ONLINE => {
-            let shutdown = info == XLOG_CHECKPOINT_SHUTDOWN;
-            let what = if shutdown { "XLOG CHECKPOINT_SHUTDOWN" } else { "XLOG CHECKPOINT_ONLINE" };
-            let mut c = Cursor::new(rec, what);
-            let body = c.bytes(CHECKPOINT_SIZE, "CheckPoint")?;
-            XlogRecord::Checkpoint { shutdown, checkpoint: CheckPoint::decode(body, version) }
-        }
-        XLOG_NEXTOID => XlogRecord::NextOid(Cursor::new(rec, "XLOG NEXTOID").u32("nextOid")?),
-        XLOG_PARAMETER_CHANGE => XlogRecord::ParameterChange(parameter_change(rec)?),
-        XLOG_SWITCH => XlogRecord::Switch,
-        XLOG_CHECKPOINT_REDO if version >= PgMajorVersion::V17 => XlogRecord::CheckpointRedo {
-            wal_level: Cursor::new(rec, "XLOG CHECKPOINT_REDO").i32("wal_level")?,
-        },
+    let what = match info {
+        XLOG_CHECKPOINT_SHUTDOWN => "XLOG CHECKPOINT_SHUTDOWN",
+        XLOG_CHECKPOINT_ONLINE => "XLOG CHECKPOINT_ONLINE",
+        XLOG_NEXTOID => "XLOG NEXTOID",
+        XLOG_PARAMETER_CHANGE => "XLOG PARAMETER_CHANGE",
+        XLOG_CHECKPOINT_REDO if version >= PgMajorVersion::V17 => "XLOG CHECKPOINT_REDO",
+        XLOG_SWITCH => return Ok(Some(XlogRecord::Switch)),
         XLOG_FPI | XLOG_FPI_FOR_HINT => return Ok(None),
-        _ => XlogRecord::Other { info },
-    }))
+        _ => return Ok(Some(XlogRecord::Other { info })),
+    };
+    let mut c = Cursor::new(rec, what);
+    let record = match info {
+        XLOG_CHECKPOINT_SHUTDOWN | XLOG_CHECKPOINT_ONLINE => XlogRecord::Checkpoint {
+            shutdown: info == XLOG_CHECKPOINT_SHUTDOWN,
+            checkpoint: CheckPoint::decode(c.bytes(CHECKPOINT_SIZE, "CheckPoint")?, version),
+        },
+        XLOG_NEXTOID => XlogRecord::NextOid(c.u32("nextOid")?),
+        XLOG_PARAMETER_CHANGE => XlogRecord::ParameterChange(parameter_change(&mut c)?),
+        _ => XlogRecord::CheckpointRedo { wal_level: c.i32("wal_level")? },
+    };
+    c.finish()?;
+    Ok(Some(record))
 }
 
-fn parameter_change(rec: &DecodedWalRecord) -> Result<ParameterChange, WalDecodeError> {
-    let mut c = Cursor::new(rec, "XLOG PARAMETER_CHANGE");
+fn parameter_change(c: &mut Cursor) -> Result<ParameterChange, WalDecodeError> {
     Ok(ParameterChange {
         max_connections: c.i32("MaxConnections")?,
         max_worker_processes: c.i32("max_worker_processes")?,
@@ -109,7 +113,11 @@ fn parameter_change(rec: &DecodedWalRecord) -> Result<ParameterChange, WalDecode
         max_locks_per_xact: c.i32("max_locks_per_xact")?,
         wal_level: c.i32("wal_level")?,
         wal_log_hints: c.u8("wal_log_hints")? != 0,
-        track_commit_timestamp: c.u8("track_commit_timestamp")? != 0,
+        track_commit_timestamp: {
+            let v = c.u8("track_commit_timestamp")? != 0;
+            c.skip(2, "padding to sizeof(xl_parameter_change)")?;
+            v
+        },
     })
 }
 
@@ -230,7 +238,7 @@ mod tests {
                     track_commit_timestamp: false,
                 }))
             );
-            assert_truncations_fail(&main.bytes()[..26], |m| xlog(XLOG_PARAMETER_CHANGE, m, v));
+            assert_truncations_fail(main.bytes(), |m| xlog(XLOG_PARAMETER_CHANGE, m, v));
         }
     }
 
