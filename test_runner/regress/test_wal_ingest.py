@@ -10,19 +10,31 @@ import time
 import pytest
 
 from fixtures.pagestream import parse_lsn
+from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import compare_with_primary
 
 PRIMARY_SETTINGS = {
     "wal_consistency_checking": "'all'",
-    "wal_compression": "zstd",
     "max_replication_slots": "4",
     "max_prepared_transactions": "4",
 }
+# The builds of 16-18 used here have neither zstd nor lz4.
+WAL_COMPRESSION = {15: "zstd", 16: "pglz", 17: "pglz", 18: "pglz"}
 
 
-@pytest.fixture
-def primary(vanilla_pg):
-    return vanilla_pg.init(PRIMARY_SETTINGS).start()
+@pytest.fixture(params=[15, 16, 17, 18], ids=lambda v: f"pg{v}")
+def primary(request, test_output_dir, port_distributor):
+    major = request.param
+    bin_dir = pg_bin_dir(major)
+    if bin_dir is None:
+        pytest.fail(f"PostgreSQL {major} is not installed: run scripts/install-test-deps.sh")
+    pg = VanillaPostgres(test_output_dir / f"pg{major}", port_distributor.get(), bin_dir=bin_dir)
+    pg.major = major
+    pg.init({**PRIMARY_SETTINGS, "wal_compression": WAL_COMPRESSION[major]}).start()
+    yield pg
+    pg.stop(mode="immediate")
+    if pg.link is not None:
+        pg.remove()
 
 
 def connstring(pg) -> str:

@@ -25,7 +25,7 @@ use crate::tenant::{ReadKind, TenantError, Timeline};
 use crate::walreceiver::bootstrap;
 
 /// PostgreSQL major versions a timeline may declare.
-pub const SUPPORTED_PG_VERSIONS: std::ops::RangeInclusive<u32> = 15..=17;
+pub const SUPPORTED_PG_VERSIONS: std::ops::RangeInclusive<u32> = 15..=18;
 
 pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
     let stats = tl.layer_stats();

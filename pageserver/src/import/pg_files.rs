@@ -163,7 +163,7 @@ pub fn parse_pg_version(text: &str) -> Result<u32, String> {
 
 /// Majors whose base backups the importer is verified with (`postgres_ffi`
 /// knows 15-18; 18 imports are not tested here yet).
-pub const SUPPORTED_VERSIONS: &[u32] = &[15, 16, 17];
+pub const SUPPORTED_VERSIONS: &[u32] = &[15, 16, 17, 18];
 
 /// The fields of `pg_control` the import uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
