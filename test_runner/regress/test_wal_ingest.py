@@ -51,6 +51,33 @@ def wait_for_lsn(http, tenant: str, timeline: str, lsn: int, timeout: float = 60
         time.sleep(0.05)
 
 
+# Every index type, sequences, a prepared transaction, subtransactions, an
+# unlogged table, VM bits set and cleared, multixacts (shared row locks).
+WORKLOAD = [
+    "CREATE TABLE t (id int PRIMARY KEY, v text, a int[], r int4range, p point)",
+    "INSERT INTO t SELECT g, md5(g::text), ARRAY[g, g % 10], int4range(g, g + 10), point(g, g % 100) "
+    "FROM generate_series(1, 5000) g",
+    "CREATE INDEX t_hash ON t USING hash (v)",
+    "CREATE INDEX t_gin ON t USING gin (a)",
+    "CREATE INDEX t_gist ON t USING gist (r)",
+    "CREATE INDEX t_spgist ON t USING spgist (p)",
+    "CREATE INDEX t_brin ON t USING brin (id)",
+    "UPDATE t SET v = v || 'x' WHERE id % 3 = 0",
+    "DELETE FROM t WHERE id % 7 = 0",
+    "VACUUM (FREEZE) t",
+    "UPDATE t SET v = 'after vacuum' WHERE id % 11 = 0",
+    "CREATE SEQUENCE s; SELECT nextval('s') FROM generate_series(1, 100)",
+    "BEGIN; INSERT INTO t VALUES (100001, 'sub'); SAVEPOINT a; INSERT INTO t VALUES (100002, 'rolled back'); "
+    "ROLLBACK TO a; SAVEPOINT b; INSERT INTO t VALUES (100003, 'kept'); RELEASE b; COMMIT",
+    "BEGIN; INSERT INTO t VALUES (100004, 'prepared'); PREPARE TRANSACTION 'p1'",
+    "COMMIT PREPARED 'p1'",
+    "BEGIN; INSERT INTO t VALUES (100005, 'prepared, then rolled back'); PREPARE TRANSACTION 'p2'",
+    "ROLLBACK PREPARED 'p2'",
+    "CREATE UNLOGGED TABLE ul (x int); INSERT INTO ul SELECT generate_series(1, 1000)",
+    "BEGIN; SELECT * FROM t WHERE id < 10 FOR SHARE; COMMIT",
+]
+
+
 def checkpoint_lsn(pg) -> int:
     pg.psql("CHECKPOINT")
     return parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
@@ -83,9 +110,9 @@ def test_follow_primary_pages_match(pageserver, primary):
     assert f"pageserver_{timeline}" in slots
 
     pg.pgbench_init(1)
-    pg.psql("CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 5000) g")
-    pg.psql("CREATE INDEX t_v ON t USING hash (v); UPDATE t SET v = v || 'x' WHERE id % 3 = 0; DELETE FROM t WHERE id % 7 = 0")
-    pg.psql("VACUUM t")
+    pg.run("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "2", "-T", "3", "postgres")
+    for sql in WORKLOAD:
+        pg.psql(sql)
     assert_matches(ps, tenant, timeline, pg, "after pgbench -i and DDL")
 
     pg.psql("TRUNCATE pgbench_history; BEGIN; CREATE TABLE gone (x int); INSERT INTO gone VALUES (1); ROLLBACK")
