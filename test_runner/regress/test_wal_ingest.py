@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fixtures.pagestream import parse_lsn
+from fixtures.pagestream import ErrorResponse, RelTag, parse_lsn
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import compare_with_primary
 
@@ -141,3 +141,59 @@ def test_primary_without_consistency_checking_is_refused(pageserver, vanilla_pg)
         http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(pg)}})
     assert e.value.status == 400 and "wal_consistency_checking" in e.value.msg, e.value
     assert pg.psql("SELECT count(*) FROM pg_replication_slots") == "0"
+
+
+def test_record_without_image_fails_reads_clearly(pageserver, vanilla_pg):
+    pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
+    ps = pageserver
+    ps.allow_errors(*PRIMARY_GONE)
+    http = ps.http_client()
+    tenant = http.tenant_create()
+    timeline = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(pg)}})[
+        "timeline_id"
+    ]
+    pg.psql("CREATE TABLE x (a int); INSERT INTO x VALUES (1)")
+    node = int(pg.psql("SELECT pg_relation_filenode('x')"))
+    db = int(pg.psql("SELECT oid FROM pg_database WHERE datname = 'postgres'"))
+    # A superuser session turns consistency checking off: its second change
+    # of the page (no full-page write since the last checkpoint) has no image.
+    pg.psql("SET wal_consistency_checking = ''; INSERT INTO x VALUES (2); INSERT INTO x VALUES (3)")
+    lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+    wait_for_lsn(http, tenant, timeline, lsn)
+    with ps.pagestream(tenant, timeline) as c:
+        resp = c.get_page(RelTag(1663, db, node, 0), 0, lsn=lsn)
+    assert isinstance(resp, ErrorResponse), resp
+    assert "carries no page image" in resp.message and "Heap" in resp.message, resp.message
+    assert "wal_consistency_checking" in resp.message
+
+
+def test_kill9_during_ingest_loses_nothing_acknowledged(pageserver, vanilla_pg):
+    """Ten rounds of kill -9 while the primary writes: after each restart the
+    daemon has at least what the primary saw reported as flushed, the slot
+    catches up, and the pages match at the end."""
+    pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
+    ps = pageserver
+    ps.allow_errors(*PRIMARY_GONE)
+    http = ps.http_client()
+    tenant = http.tenant_create()
+    timeline = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(pg)}})[
+        "timeline_id"
+    ]
+    slot = f"pageserver_{timeline}"
+    pg.psql("CREATE TABLE k (id int PRIMARY KEY, v text)")
+    for round_ in range(10):
+        pg.psql(f"INSERT INTO k SELECT g, md5(g::text) FROM generate_series({round_ * 2000 + 1}, {round_ * 2000 + 2000}) g")
+        time.sleep(0.3)
+        acknowledged = pg.psql(f"SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'")
+        ps.kill()
+        ps.start()
+        info = http.timeline_get(tenant, timeline)
+        durable = parse_lsn(info["disk_consistent_lsn"])
+        assert durable >= parse_lsn(acknowledged), f"round {round_}: slot at {acknowledged}, daemon durable at {info['disk_consistent_lsn']}"
+    assert_matches(ps, tenant, timeline, pg, "after ten kill -9 rounds")
+    # The slot follows the daemon's flush position once it has caught up.
+    flushed = parse_lsn(http.timeline_get(tenant, timeline)["disk_consistent_lsn"])
+    deadline = time.monotonic() + 30
+    while parse_lsn(pg.psql(f"SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'")) < flushed:
+        assert time.monotonic() < deadline, "the slot did not advance to the daemon's flush position"
+        time.sleep(0.2)

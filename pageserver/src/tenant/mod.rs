@@ -127,7 +127,12 @@ pub enum PageReconstructError {
         #[source]
         source: Arc<std::io::Error>,
     },
-    #[error("key {key} at LSN {lsn} depends on a WAL record of rmgr {rmid} that needs PostgreSQL redo, which this pageserver does not run")]
+    #[error(
+        "key {key}: the WAL record at {lsn} (rmgr {} ({rmid})) carries no page image, and \
+         rebuilding the page needs PostgreSQL redo, which this pageserver does not run \
+         (was wal_consistency_checking switched off for that session?)",
+        postgres_ffi::wal::rmgr::rmgr_name(*rmid)
+    )]
     NeedsRedo { key: Key, lsn: Lsn, rmid: u8 },
     #[error(transparent)]
     Vectored(#[from] GetVectoredError),
