@@ -177,7 +177,7 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
         .await
         .context("cannot load tenants")?;
 
-    let walreceiver_conf = Arc::new(pageserver::walreceiver::WalReceiverConf::default());
+    let walreceiver_conf = Arc::new(conf.walreceiver.clone());
     pageserver::walreceiver::start_all(&tenants, &walreceiver_conf);
 
     let root = CancellationToken::new();

@@ -92,7 +92,7 @@ def assert_matches(ps, tenant, timeline, pg, what: str) -> None:
 
 
 # The primary stops (restart, teardown) while the daemon follows it.
-PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|terminating)"]
+PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|starting up|terminating|57P0[1-3])"]
 
 
 def test_follow_primary_pages_match(pageserver, primary):
@@ -114,6 +114,9 @@ def test_follow_primary_pages_match(pageserver, primary):
     for sql in WORKLOAD:
         pg.psql(sql)
     assert_matches(ps, tenant, timeline, pg, "after pgbench -i and DDL")
+    src = http.timeline_get(tenant, timeline)["wal_source"]
+    assert src["state"] == "streaming" and src["last_error"] is None, src
+    assert parse_lsn(src["received_lsn"]) >= parse_lsn(src["consistent_lsn"]), src
 
     pg.psql("TRUNCATE pgbench_history; BEGIN; CREATE TABLE gone (x int); INSERT INTO gone VALUES (1); ROLLBACK")
     pg.psql("CREATE DATABASE copied STRATEGY FILE_COPY")

@@ -132,6 +132,19 @@ pub struct WalSourceInfo {
     pub system_id: u64,
     /// Reads below this LSN are refused (the base backup's end).
     pub consistent_lsn: Lsn,
+    /// `connecting`, `streaming`, `waiting to reconnect` or `stopped`.
+    pub state: String,
+    /// WAL received up to here (ingested: `last_record_lsn`; durable and
+    /// acknowledged to the primary: `disk_consistent_lsn`).
+    pub received_lsn: Lsn,
+    /// The primary's WAL end as of its latest message.
+    pub primary_lsn: Lsn,
+    /// `primary_lsn - last_record_lsn`.
+    pub lag_bytes: u64,
+    /// While behind: milliseconds since the primary sent its latest message.
+    pub lag_ms: u64,
+    /// Why the latest session ended, if it failed.
+    pub last_error: Option<String>,
 }
 
 /// `GET /v1/tenant/{tenant}/timeline/{timeline}` (and the create response).

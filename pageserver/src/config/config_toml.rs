@@ -58,6 +58,10 @@ pub struct ConfigToml {
     pub http_header_read_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub http_body_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub wal_receiver_status_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub wal_receiver_idle_flush: Duration,
 }
 
 /// A size: an integer (bytes) or a string with a unit ("256 MiB"). Replaces
@@ -112,6 +116,8 @@ impl Default for ConfigToml {
             http_max_concurrent_requests: DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS,
             http_header_read_timeout: duration(DEFAULT_HTTP_HEADER_READ_TIMEOUT),
             http_body_read_timeout: duration(DEFAULT_HTTP_BODY_READ_TIMEOUT),
+            wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
+            wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
         }
     }
 }

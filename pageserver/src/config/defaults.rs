@@ -40,5 +40,12 @@ pub const DEFAULT_HTTP_HEADER_READ_TIMEOUT: &str = "10 s";
 /// How long an HTTP client may pause while sending a request body.
 pub const DEFAULT_HTTP_BODY_READ_TIMEOUT: &str = "60 s";
 
+/// Standby status updates to a followed primary at least this often.
+pub const DEFAULT_WAL_RECEIVER_STATUS_INTERVAL: &str = "10 s";
+
+/// With no WAL for this long, a WAL receiver makes what it ingested durable
+/// and reports it (the slot advances; a stopping primary is not kept waiting).
+pub const DEFAULT_WAL_RECEIVER_IDLE_FLUSH: &str = "10 s";
+
 /// Accepted range of `max_get_vectored_keys`.
 pub const MAX_GET_VECTORED_KEYS_LIMIT: usize = 4096;

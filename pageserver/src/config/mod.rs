@@ -30,6 +30,7 @@ use serde::Deserialize;
 use crate::http::HttpConf;
 use crate::page_service::PageServiceConf;
 use crate::tenant::StorageConf;
+use crate::walreceiver::WalReceiverConf;
 pub use config_toml::ConfigToml;
 use fd_budget::FdBudget;
 
@@ -82,6 +83,7 @@ pub struct PageServerConf {
     /// Descriptor limits: open layer files, page service and HTTP connections.
     pub fd_budget: FdBudget,
     pub http: HttpConf,
+    pub walreceiver: WalReceiverConf,
 }
 
 /// Largest config file accepted (a real one is a few KiB).
@@ -135,6 +137,8 @@ impl PageServerConf {
             http_max_concurrent_requests,
             http_header_read_timeout,
             http_body_read_timeout,
+            wal_receiver_status_interval,
+            wal_receiver_idle_flush,
         } = t;
         let workdir = std::path::absolute(&workdir)
             .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
@@ -149,6 +153,13 @@ impl PageServerConf {
         nonzero("http_max_concurrent_requests", http_max_concurrent_requests == 0)?;
         nonzero("http_header_read_timeout", http_header_read_timeout.is_zero())?;
         nonzero("http_body_read_timeout", http_body_read_timeout.is_zero())?;
+        nonzero("wal_receiver_status_interval", wal_receiver_status_interval.is_zero())?;
+        nonzero("wal_receiver_idle_flush", wal_receiver_idle_flush.is_zero())?;
+        let walreceiver = WalReceiverConf {
+            status_interval: wal_receiver_status_interval,
+            idle_flush_after: wal_receiver_idle_flush,
+            ..WalReceiverConf::default()
+        };
         if !(1..=defaults::MAX_GET_VECTORED_KEYS_LIMIT).contains(&max_get_vectored_keys) {
             return Err(key_err(
                 "max_get_vectored_keys",
@@ -201,6 +212,7 @@ impl PageServerConf {
             authentication_timeout,
             fd_budget,
             http,
+            walreceiver,
         })
     }
 

@@ -36,6 +36,8 @@ fn default_constants_parse() {
         DEFAULT_AUTHENTICATION_TIMEOUT,
         DEFAULT_HTTP_HEADER_READ_TIMEOUT,
         DEFAULT_HTTP_BODY_READ_TIMEOUT,
+        DEFAULT_WAL_RECEIVER_STATUS_INTERVAL,
+        DEFAULT_WAL_RECEIVER_IDLE_FLUSH,
     ] {
         humantime::parse_duration(d).unwrap();
     }
@@ -261,6 +263,8 @@ fn sample_config_file_is_exactly_the_defaults() {
             "pg_auth_type",
             "shutdown_timeout",
             "wait_lsn_timeout",
+            "wal_receiver_idle_flush",
+            "wal_receiver_status_interval",
         ]
     );
     for commented in [

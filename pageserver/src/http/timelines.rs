@@ -21,6 +21,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
 use crate::import::ImportError;
+use crate::tenant::timeline::wal_source::WalSource;
 use crate::tenant::{ReadKind, TenantError, Timeline};
 use crate::walreceiver::bootstrap;
 
@@ -33,12 +34,7 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         tenant_id: tl.tenant_id,
         timeline_id: tl.timeline_id,
         state: TimelineState::Active,
-        wal_source: tl.wal_source().map(|s| WalSourceInfo {
-            connstring: s.redacted_connstring(),
-            slot: s.slot.clone(),
-            system_id: s.system_id,
-            consistent_lsn: s.consistent_lsn,
-        }),
+        wal_source: tl.wal_source().map(|s| wal_source_info(tl, &s)),
         last_record_lsn: tl.get_last_record_lsn(),
         disk_consistent_lsn: tl.get_disk_consistent_lsn(),
         pg_version: tl.pg_version,
@@ -47,6 +43,25 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         in_memory_bytes: stats.in_memory_bytes,
         l0_layers: stats.l0_layers as u64,
         l0_bytes: stats.l0_bytes,
+    }
+}
+
+fn wal_source_info(tl: &Timeline, s: &WalSource) -> WalSourceInfo {
+    let status = tl.receiver_status.lock().unwrap().clone();
+    let applied = tl.get_last_record_lsn();
+    let behind = status.primary_lsn > applied;
+    let now = pq_proto::replication::PgTimestamp::now().0;
+    WalSourceInfo {
+        connstring: s.redacted_connstring(),
+        slot: s.slot.clone(),
+        system_id: s.system_id,
+        consistent_lsn: s.consistent_lsn,
+        state: if status.state.is_empty() { "starting" } else { status.state }.to_string(),
+        received_lsn: status.received_lsn,
+        primary_lsn: status.primary_lsn,
+        lag_bytes: status.primary_lsn.0.saturating_sub(applied.0),
+        lag_ms: if behind { (now - status.primary_time_us).max(0) as u64 / 1000 } else { 0 },
+        last_error: status.last_error,
     }
 }
 

@@ -103,8 +103,7 @@ pub async fn run(
         tx,
         Arc::clone(&tl),
         version,
-        conf.max_batch_size.get(),
-        conf.batching,
+        (conf.max_batch_size.get(), conf.batching),
         reader_cancel.clone(),
         client_gone.clone(),
     );
@@ -145,8 +144,7 @@ async fn read_loop(
     mut tx: spsc_fold::Sender<BatchedFeMessage>,
     tl: Arc<Timeline>,
     version: PagestreamProtocolVersion,
-    max_batch_size: usize,
-    batching: batch::Batching,
+    (max_batch_size, batching): (usize, batch::Batching),
     cancel: CancellationToken,
     client_gone: CancellationToken,
 ) -> FrameReader {

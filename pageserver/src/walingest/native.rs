@@ -43,7 +43,7 @@ impl CheckpointState {
     }
 
     fn update(&mut self, f: impl FnOnce(&mut CheckPoint)) {
-        let before = self.current.clone();
+        let before = self.current;
         f(&mut self.current);
         self.dirty |= self.current != before;
     }
@@ -129,7 +129,7 @@ async fn truncate_fsm(
 ) -> anyhow::Result<()> {
     let Some(size) = m.rel_size(fsm).await? else { return Ok(()) };
     let mut keep = fsm_leaf_to_physical(heap_blocks / SLOTS_PER_FSM_PAGE);
-    if heap_blocks % SLOTS_PER_FSM_PAGE != 0 {
+    if !heap_blocks.is_multiple_of(SLOTS_PER_FSM_PAGE) {
         if keep < size {
             m.put_rel_page_image(fsm, keep, zero_page()).await?;
         }

@@ -50,10 +50,12 @@ pub struct WalReceiverConf {
 }
 
 impl Default for WalReceiverConf {
+    /// The defaults of `wal_receiver_status_interval` and
+    /// `wal_receiver_idle_flush`; backoff 100 ms doubling to 10 s.
     fn default() -> Self {
         WalReceiverConf {
             status_interval: Duration::from_secs(10),
-            idle_flush_after: Duration::from_secs(1),
+            idle_flush_after: Duration::from_secs(10),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(10),
         }
@@ -102,9 +104,14 @@ async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
             Ok(end) => {
                 info!("replication ended: {end}; reconnecting");
                 backoff = conf.min_backoff;
+                tl.receiver_status.lock().unwrap().last_error = None;
             }
-            Err(e) => warn!("replication failed: {e:#}; retrying in {backoff:?}"),
+            Err(e) => {
+                warn!("replication failed: {e:#}; retrying in {backoff:?}");
+                tl.receiver_status.lock().unwrap().last_error = Some(format!("{e:#}"));
+            }
         }
+        session::set_state(&tl, "waiting to reconnect");
         METRICS.reconnects.inc();
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -112,5 +119,6 @@ async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
         }
         backoff = (backoff * 2).min(conf.max_backoff);
     }
+    session::set_state(&tl, "stopped");
     info!("WAL receiver stopped at {}", tl.get_last_record_lsn());
 }

@@ -50,6 +50,7 @@ pub async fn run(
     conf: &WalReceiverConf,
 ) -> anyhow::Result<SessionEnd> {
     let cancel = tl.cancel.clone();
+    set_state(tl, "connecting");
     let connect = ReplicationClient::connect(&source.connstring);
     let mut client = tokio::select! {
         _ = cancel.cancelled() => return Ok(SessionEnd::Cancelled),
@@ -74,6 +75,7 @@ pub async fn run(
         .await
         .with_context(|| format!("START_REPLICATION SLOT {} at {start}", source.slot))?;
     tracing::info!("streaming from {start} (primary at {})", Lsn(id.xlogpos));
+    set_state(tl, "streaming");
     let mut status = StatusReporter::new(conf.status_interval);
     let mut idle_deadline: Option<TokioInstant> = None;
     loop {
@@ -91,6 +93,7 @@ pub async fn run(
             }
             msg = stream.recv() => match msg.context("receive WAL")? {
                 ReplicationMessage::XLogData(x) => {
+                    observe(tl, x.wal_start + x.data.len() as u64, x.wal_end, x.server_time.0);
                     let shutdown = ingest_message(tl, &mut decoder, &mut ingest, x).await?;
                     if shutdown {
                         flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
@@ -101,6 +104,7 @@ pub async fn run(
                 }
                 ReplicationMessage::PrimaryKeepalive(k) => {
                     METRICS.observe_primary_end(k.wal_end, tl.get_last_record_lsn());
+                    observe(tl, decoder.fed_lsn().0, k.wal_end, k.server_time.0);
                     if k.reply_requested {
                         status.send(&mut stream, tl, &decoder, false).await?;
                     }
@@ -114,6 +118,18 @@ pub async fn run(
             }
         }
     }
+}
+
+pub fn set_state(tl: &Timeline, state: &'static str) {
+    tl.receiver_status.lock().unwrap().state = state;
+}
+
+/// Record what a message from the primary said (for the timeline API).
+fn observe(tl: &Timeline, received: u64, primary_end: u64, primary_time_us: i64) {
+    let mut s = tl.receiver_status.lock().unwrap();
+    s.received_lsn = s.received_lsn.max(Lsn(received));
+    s.primary_lsn = s.primary_lsn.max(Lsn(primary_end));
+    s.primary_time_us = primary_time_us;
 }
 
 fn describe(end: &StreamEnd) -> String {

@@ -43,7 +43,7 @@ mod read;
 mod rel_size_cache;
 pub mod wal_source;
 
-use wal_source::WalSource;
+use wal_source::{ReceiverStatus, WalSource};
 mod writer;
 
 use log_limit::PerKeyLogLimit;
@@ -96,6 +96,8 @@ pub struct Timeline {
     corruption_log: PerKeyLogLimit,
     /// The primary this timeline follows, if any (`wal_source.json`).
     wal_source: Mutex<Option<WalSource>>,
+    /// Set by the WAL receiver, read by the API.
+    pub receiver_status: Mutex<ReceiverStatus>,
 }
 
 impl Timeline {
@@ -148,6 +150,7 @@ impl Timeline {
             tasks: TaskTracker::new(),
             corruption_log: PerKeyLogLimit::default(),
             wal_source: Mutex::new(wal_source),
+            receiver_status: Mutex::new(ReceiverStatus::default()),
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);

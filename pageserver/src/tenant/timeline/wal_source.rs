@@ -74,6 +74,22 @@ impl WalSource {
     }
 }
 
+/// What the WAL receiver of a timeline is doing, for the API.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReceiverStatus {
+    /// `connecting`, `streaming`, `waiting to reconnect`, `stopped`.
+    pub state: &'static str,
+    /// WAL received (fed to the decoder) up to here.
+    pub received_lsn: Lsn,
+    /// The primary's WAL end as of its latest message.
+    pub primary_lsn: Lsn,
+    /// When the primary sent its latest message (its clock; PostgreSQL
+    /// timestamps: µs since 2000-01-01).
+    pub primary_time_us: i64,
+    /// The error that ended the latest session, if one did.
+    pub last_error: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
