@@ -1,0 +1,100 @@
+"""Catch-up ingest of payload-only WAL, side by side with pg_receivewal.
+
+A PostgreSQL 15 primary (wal_consistency_checking = all, zstd) is followed
+by the daemon. The daemon is stopped; the primary writes non-transactional
+logical messages of one size from several sessions (no page changes: the
+WAL is payload); a second slot created at the same moment keeps the same
+WAL for pg_receivewal. Then, measured one after the other on the same WAL
+range: pg_receivewal receiving it to local disk (with fsync, the physical
+floor of receiving it), and the restarted daemon ingesting it until
+`last_record_lsn` reaches the end. The ratio daemon/pg_receivewal is the
+figure; absolute MiB/s vary with the shared machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from fixtures.pageserver import TEST_OUTPUT
+from fixtures.pagestream import parse_lsn
+from fixtures.vanilla_pg import PG_BIN_DIR
+
+pytestmark = pytest.mark.perf
+
+SETTINGS = {
+    "wal_consistency_checking": "'all'",
+    "wal_compression": "zstd",
+    "max_replication_slots": "4",
+    "max_wal_size": "'4GB'",
+}
+SESSIONS = 4
+
+
+def emit(pg, size: int, total_bytes: int) -> None:
+    per_session = total_bytes // size // SESSIONS
+    sql = f"SELECT count(pg_logical_emit_message(false, 'bench', repeat('x', {size}))) FROM generate_series(1, {per_session})"
+    threads = [threading.Thread(target=pg.psql, args=(sql,)) for _ in range(SESSIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def receivewal_seconds(pg, slot: str, end_lsn: str, dest) -> float:
+    if dest.exists():
+        shutil.rmtree(dest)
+    pg.mkdir(dest)
+    start = time.monotonic()
+    cmd = pg._cmd(
+        "pg_receivewal", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-D", str(dest),
+        "--slot", slot, "-E", end_lsn, "-n", "--synchronous",
+    )
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600, cwd="/")
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("size", [1024, 8192, 131072], ids=lambda s: f"{s // 1024}KiB")
+def test_payload_wal_catch_up(pageserver, vanilla_pg, test_output_dir, size, request):
+    smoke = request.config.getoption("--perf-smoke")
+    total = (64 if smoke else 512) * 1024 * 1024
+    pg = vanilla_pg.init(SETTINGS).start()
+    ps = pageserver
+    ps.allow_errors(r"replication failed")
+    http = ps.http_client()
+    tenant = http.tenant_create()
+    conn = f"postgres://postgres@127.0.0.1:{pg.port}/postgres"
+    tl = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": conn}})["timeline_id"]
+    ps.stop()
+    pg.psql("SELECT pg_create_physical_replication_slot('bench_receivewal', true)")
+    start_lsn = pg.psql("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'bench_receivewal'")
+    emit(pg, size, total)
+    end_lsn = pg.psql("SELECT pg_current_wal_insert_lsn()")
+    wal_mib = (parse_lsn(end_lsn) - parse_lsn(start_lsn)) / 2**20
+
+    floor_s = receivewal_seconds(pg, "bench_receivewal", end_lsn, test_output_dir / "receivewal")
+    t0 = time.monotonic()
+    ps.start()
+    while parse_lsn(http.timeline_get(tenant, tl)["last_record_lsn"]) < parse_lsn(end_lsn):
+        time.sleep(0.01)
+    ours_s = time.monotonic() - t0
+
+    result = {
+        "message_bytes": size,
+        "wal_mib": round(wal_mib, 1),
+        "pg_receivewal_mib_s": round(wal_mib / floor_s, 1),
+        "pageserver_mib_s": round(wal_mib / ours_s, 1),
+        "ratio": round(floor_s / ours_s, 2),
+    }
+    out = TEST_OUTPUT / "perf"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "wal_ingest.jsonl", "a") as f:
+        f.write(json.dumps(result) + "\n")
+    request.config.perf_summaries.append((f"WAL catch-up, {size // 1024} KiB messages", json.dumps(result)))
+    pg.psql("SELECT pg_drop_replication_slot('bench_receivewal')")
