@@ -75,9 +75,13 @@ fn load_corpus() -> Vec<Corpus> {
     FIXTURES
         .iter()
         .map(|&(name, version)| {
-            let wal = zstd::stream::decode_all(&std::fs::read(dir.join(format!("{name}.wal.zst"))).unwrap()[..]).unwrap();
+            let wal = zstd::stream::decode_all(
+                &std::fs::read(dir.join(format!("{name}.wal.zst"))).unwrap()[..],
+            )
+            .unwrap();
             let tsv = std::fs::read_to_string(dir.join(format!("{name}.tsv"))).unwrap();
-            let start: Lsn = tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap().parse().unwrap();
+            let start: Lsn =
+                tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap().parse().unwrap();
             let mut decoder = WalStreamDecoder::new(start, version);
             decoder.feed_bytes(&wal);
             let mut record_offsets = Vec::new();
@@ -151,9 +155,22 @@ fn mutate(rng: &mut StdRng, c: &Corpus, from: usize, wal: &mut Vec<u8>) {
         }
         3 => {
             // A huge or odd xl_tot_len at a record start in the window.
-            let starts: Vec<usize> = c.record_offsets.iter().filter(|&&o| o >= from && o + 4 <= from + wal.len()).map(|o| o - from).collect();
+            let starts: Vec<usize> = c
+                .record_offsets
+                .iter()
+                .filter(|&&o| o >= from && o + 4 <= from + wal.len())
+                .map(|o| o - from)
+                .collect();
             if let Some(&o) = starts.get(rng.gen_range(0..starts.len().max(1))) {
-                let len: u32 = [u32::MAX, 1020 * 1024 * 1024, 1020 * 1024 * 1024 + 1, 0x7FFF_FFFF, 23, 8192 * 300, rng.gen()][rng.gen_range(0..7)];
+                let len: u32 = [
+                    u32::MAX,
+                    1020 * 1024 * 1024,
+                    1020 * 1024 * 1024 + 1,
+                    0x7FFF_FFFF,
+                    23,
+                    8192 * 300,
+                    rng.gen(),
+                ][rng.gen_range(0..7)];
                 wal[o..o + 4].copy_from_slice(&len.to_le_bytes());
             }
         }
@@ -190,11 +207,16 @@ fn damage_behind_valid_crc(rng: &mut StdRng, c: &Corpus, from: usize, wal: &mut 
 /// Change a few bytes of a record body, mostly among its sub-headers.
 fn damage_record(rng: &mut StdRng, record: &mut [u8]) {
     for _ in 0..rng.gen_range(1..4) {
-        let at = if rng.gen_range(0..3) > 0 { 24 + rng.gen_range(0..(record.len() - 24).min(48)) } else { rng.gen_range(24..record.len()) };
+        let at = if rng.gen_range(0..3) > 0 {
+            24 + rng.gen_range(0..(record.len() - 24).min(48))
+        } else {
+            rng.gen_range(24..record.len())
+        };
         record[at] = match rng.gen_range(0..3) {
             0 => record[at] ^ (1 << rng.gen_range(0..8)),
             1 => rng.gen(),
-            _ => [0, 0xFF, 0x20, 0x10, 0x80, 0x04, 0x08, 32, 33, 252, 253, 254, 255][rng.gen_range(0..13)],
+            _ => [0, 0xFF, 0x20, 0x10, 0x80, 0x04, 0x08, 32, 33, 252, 253, 254, 255]
+                [rng.gen_range(0..13)],
         };
     }
 }
@@ -245,8 +267,10 @@ fn run_record(rng: &mut StdRng, corpus: &[Corpus]) {
 
 #[test]
 fn fuzz_wal_decoder() {
-    let iterations: u64 = std::env::var("WAL_FUZZ_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
-    let first_seed: u64 = std::env::var("WAL_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let iterations: u64 =
+        std::env::var("WAL_FUZZ_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
+    let first_seed: u64 =
+        std::env::var("WAL_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     let corpus = load_corpus();
     let started = std::time::Instant::now();
     let (mut bytes, mut records) = (0usize, 0usize);
@@ -257,14 +281,23 @@ fn fuzz_wal_decoder() {
             run_record(&mut rng, &corpus);
             continue;
         }
-        let input = if kind == 1 { random_bytes_input(&mut rng) } else { real_wal_input(&mut rng, &corpus) };
+        let input = if kind == 1 {
+            random_bytes_input(&mut rng)
+        } else {
+            real_wal_input(&mut rng, &corpus)
+        };
         let base = CURRENT_BYTES.load(Ordering::Relaxed);
         PEAK_BYTES.store(base, Ordering::Relaxed);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_stream(&input, &mut rng)));
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_stream(&input, &mut rng)));
         let n = outcome.unwrap_or_else(|_| panic!("seed {seed}: panicked"));
         let used = PEAK_BYTES.load(Ordering::Relaxed) - base;
         let bound = 4 * input.wal.len() + (1 << 20);
-        assert!(used <= bound, "seed {seed}: {used} bytes allocated for {} input bytes", input.wal.len());
+        assert!(
+            used <= bound,
+            "seed {seed}: {used} bytes allocated for {} input bytes",
+            input.wal.len()
+        );
         bytes += input.wal.len();
         records += n;
     }

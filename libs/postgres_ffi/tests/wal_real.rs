@@ -68,9 +68,28 @@ fn parse_line(line: &str) -> ExpectedRecord {
 
 fn rmgr_id(name: &str) -> u8 {
     const NAMES: [&str; 22] = [
-        "XLOG", "Transaction", "Storage", "CLOG", "Database", "Tablespace", "MultiXact", "RelMap",
-        "Standby", "Heap2", "Heap", "Btree", "Hash", "Gin", "Gist", "Sequence", "SPGist", "BRIN",
-        "CommitTs", "ReplicationOrigin", "Generic", "LogicalMessage",
+        "XLOG",
+        "Transaction",
+        "Storage",
+        "CLOG",
+        "Database",
+        "Tablespace",
+        "MultiXact",
+        "RelMap",
+        "Standby",
+        "Heap2",
+        "Heap",
+        "Btree",
+        "Hash",
+        "Gin",
+        "Gist",
+        "Sequence",
+        "SPGist",
+        "BRIN",
+        "CommitTs",
+        "ReplicationOrigin",
+        "Generic",
+        "LogicalMessage",
     ];
     NAMES.iter().position(|n| *n == name).unwrap_or_else(|| panic!("rmgr {name}")) as u8
 }
@@ -256,7 +275,11 @@ fn decode_throughput() {
         }
         let secs = started.elapsed().as_secs_f64();
         let mib = (wal.len() * rounds) as f64 / (1024.0 * 1024.0);
-        println!("{name}: {:.0} MiB/s, {:.0} records/s", mib / secs, (expected.len() * rounds) as f64 / secs);
+        println!(
+            "{name}: {:.0} MiB/s, {:.0} records/s",
+            mib / secs,
+            (expected.len() * rounds) as f64 / secs
+        );
     }
 }
 

@@ -55,7 +55,11 @@ fn random_len(rng: &mut StdRng) -> usize {
 }
 
 /// A random stream of about `target_bytes`.
-fn random_stream(rng: &mut StdRng, version: PgMajorVersion, target_bytes: usize) -> (WalWriter, Vec<Expected>) {
+fn random_stream(
+    rng: &mut StdRng,
+    version: PgMajorVersion,
+    target_bytes: usize,
+) -> (WalWriter, Vec<Expected>) {
     let mut w = WalWriter::new(random_start(rng), version);
     let mut expected = Vec::new();
     while w.out.len() < target_bytes {
@@ -74,7 +78,11 @@ fn random_stream(rng: &mut StdRng, version: PgMajorVersion, target_bytes: usize)
                 w.fill_to(target);
                 let filler = w.records[before];
                 let body = main_data_body((filler.end.0 - filler.lsn.0) as usize - 24, 0xAB);
-                expected.push(Expected { lsn: filler.lsn, main_data: main_of(&body), image_blkno: None });
+                expected.push(Expected {
+                    lsn: filler.lsn,
+                    main_data: main_of(&body),
+                    image_blkno: None,
+                });
             }
         }
         if kind < 15 {
@@ -111,7 +119,11 @@ fn image_body_main(body: &[u8]) -> Vec<u8> {
     body[body.len() - main_len..].to_vec()
 }
 
-fn check_records(w: &WalWriter, expected: &[Expected], got: &[postgres_ffi::wal::DecodedWalRecord]) {
+fn check_records(
+    w: &WalWriter,
+    expected: &[Expected],
+    got: &[postgres_ffi::wal::DecodedWalRecord],
+) {
     assert_eq!(got.len(), expected.len());
     assert!(got.len() <= w.records.len());
     for ((rec, exp), written) in got.iter().zip(expected).zip(&w.records) {
@@ -165,7 +177,8 @@ fn random_target(w: &WalWriter, rng: &mut StdRng) -> (usize, Vec<Lsn>) {
         return (rng.gen_range(from..to), lsns);
     }
     // A longer xl_tot_len is caught by the next page header: keep one in the stream.
-    let candidates: Vec<&Written> = w.records.iter().filter(|r| r.end.0 + PAGE + 40 <= stream_end).collect();
+    let candidates: Vec<&Written> =
+        w.records.iter().filter(|r| r.end.0 + PAGE + 40 <= stream_end).collect();
     let r = candidates[rng.gen_range(0..candidates.len())];
     let lsn = r.byte_lsn(rng.gen_range(0..r.tot_len));
     ((lsn.0 - w.start.0) as usize, vec![r.lsn])
@@ -185,8 +198,12 @@ fn flipped_bits_are_errors_naming_the_record() {
             let mut decoder = WalStreamDecoder::new(w.start, version);
             decoder.set_system_id(SYSTEM_ID);
             let (got, err) = decode_in_chunks(&mut decoder, &wal, &mut rng);
-            let err = err.unwrap_or_else(|| panic!("seed {seed}: flip at offset {at} not detected"));
-            assert!(lsns.contains(&err.lsn), "seed {seed}: flip at {at}: {err}, expected one of {lsns:?}");
+            let err =
+                err.unwrap_or_else(|| panic!("seed {seed}: flip at offset {at} not detected"));
+            assert!(
+                lsns.contains(&err.lsn),
+                "seed {seed}: flip at {at}: {err}, expected one of {lsns:?}"
+            );
             // Everything returned before the error is what was written.
             check_records(&w, &expected[..got.len()], &got);
         }
@@ -214,7 +231,11 @@ fn header_straddling_pages_and_segments() {
     assert_eq!(decoder.system_id(), Some(SYSTEM_ID));
 }
 
-fn decode_all(start: Lsn, version: PgMajorVersion, wal: &[u8]) -> Result<usize, postgres_ffi::wal::WalDecodeError> {
+fn decode_all(
+    start: Lsn,
+    version: PgMajorVersion,
+    wal: &[u8],
+) -> Result<usize, postgres_ffi::wal::WalDecodeError> {
     let mut decoder = WalStreamDecoder::new(start, version);
     decoder.feed_bytes(wal);
     let mut n = 0;

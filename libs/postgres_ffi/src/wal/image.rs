@@ -219,7 +219,8 @@ mod tests {
     #[test]
     fn uncompressed_with_and_without_hole() {
         let page = sample_page();
-        let whole = restore_image(&header(8192, 0, 0, ImageCompression::None), Bytes::from(page.clone()));
+        let whole =
+            restore_image(&header(8192, 0, 0, ImageCompression::None), Bytes::from(page.clone()));
         assert_eq!(whole.unwrap(), page);
         let stored = without_hole(&page);
         let h = header(stored.len() as u16, 100, 5900, ImageCompression::None);

@@ -22,7 +22,9 @@ pub enum PglzError {
     TruncatedTag { at: usize },
     #[error("pglz: back-reference offset {offset} at input offset {at} reaches before the output start ({written} bytes written)")]
     BadOffset { at: usize, offset: usize, written: usize },
-    #[error("pglz: produced {produced} of {expected} bytes, consumed {consumed} of {input} input bytes")]
+    #[error(
+        "pglz: produced {produced} of {expected} bytes, consumed {consumed} of {input} input bytes"
+    )]
     Incomplete { produced: usize, expected: usize, consumed: usize, input: usize },
 }
 
@@ -123,13 +125,25 @@ mod tests {
     fn rejects_bad_streams() {
         let mut out = [0u8; 8];
         // Back-reference before the start of the output.
-        assert!(matches!(pglz_decompress(&[0x01, 0x00, 0x05], &mut out), Err(PglzError::BadOffset { .. })));
+        assert!(matches!(
+            pglz_decompress(&[0x01, 0x00, 0x05], &mut out),
+            Err(PglzError::BadOffset { .. })
+        ));
         // Truncated tag.
-        assert!(matches!(pglz_decompress(&[0x02, b'a', 0x0F, 0x01], &mut out), Err(PglzError::TruncatedTag { .. })));
+        assert!(matches!(
+            pglz_decompress(&[0x02, b'a', 0x0F, 0x01], &mut out),
+            Err(PglzError::TruncatedTag { .. })
+        ));
         // Too short an output.
-        assert!(matches!(pglz_decompress(&[0x00, b'a'], &mut out), Err(PglzError::Incomplete { .. })));
+        assert!(matches!(
+            pglz_decompress(&[0x00, b'a'], &mut out),
+            Err(PglzError::Incomplete { .. })
+        ));
         // Input left over once the output is full.
         let mut one = [0u8; 1];
-        assert!(matches!(pglz_decompress(&[0x00, b'a', b'b'], &mut one), Err(PglzError::Incomplete { .. })));
+        assert!(matches!(
+            pglz_decompress(&[0x00, b'a', b'b'], &mut one),
+            Err(PglzError::Incomplete { .. })
+        ));
     }
 }

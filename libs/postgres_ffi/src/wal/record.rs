@@ -94,11 +94,19 @@ pub fn decode_record(
     }
     let header = XLogRecordHeader::decode(&record);
     if header.tot_len as usize != record.len() {
-        return Err(err(format!("xl_tot_len {} but {} record bytes", header.tot_len, record.len())));
+        return Err(err(format!(
+            "xl_tot_len {} but {} record bytes",
+            header.tot_len,
+            record.len()
+        )));
     }
     let body = &record[XLOG_RECORD_HEADER_LEN..];
     let subs = parse_sub_headers(body, version).map_err(err)?;
-    let payload_len = subs.blocks.iter().map(|b| b.data_len + b.image.map_or(0, |i| i.stored_len as usize)).sum::<usize>()
+    let payload_len = subs
+        .blocks
+        .iter()
+        .map(|b| b.data_len + b.image.map_or(0, |i| i.stored_len as usize))
+        .sum::<usize>()
         + subs.main_data_len;
     if subs.len + payload_len != body.len() {
         return Err(err(format!(
@@ -131,13 +139,18 @@ pub fn decode_record(
 
 /// Slice the image and data of `block` out of `record` at `offset`;
 /// returns the block and the offset after its payload.
-fn attach_payload(record: &Bytes, offset: usize, block: &BlockHeader) -> Result<(DecodedBlock, usize), String> {
+fn attach_payload(
+    record: &Bytes,
+    offset: usize,
+    block: &BlockHeader,
+) -> Result<(DecodedBlock, usize), String> {
     let mut at = offset;
     let mut image = None;
     if let Some(h) = &block.image {
         let stored = record.slice(at..at + h.stored_len as usize);
         at += h.stored_len as usize;
-        let page = restore_image(h, stored).map_err(|e| format!("block {} image: {e}", block.id))?;
+        let page =
+            restore_image(h, stored).map_err(|e| format!("block {} image: {e}", block.id))?;
         image = Some(page);
     }
     let data = record.slice(at..at + block.data_len);
@@ -162,7 +175,10 @@ struct Cursor<'a> {
 impl Cursor<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
         let bytes = self.buf.get(self.at..self.at + N).ok_or_else(|| {
-            format!("sub-headers truncated at byte {} of the record", XLOG_RECORD_HEADER_LEN + self.at)
+            format!(
+                "sub-headers truncated at byte {} of the record",
+                XLOG_RECORD_HEADER_LEN + self.at
+            )
         })?;
         self.at += N;
         Ok(bytes.try_into().expect("N bytes"))
@@ -182,8 +198,13 @@ impl Cursor<'_> {
 /// are all payload (a record without main data).
 fn parse_sub_headers(body: &[u8], version: PgMajorVersion) -> Result<SubHeaders, String> {
     let mut cur = Cursor { buf: body, at: 0 };
-    let mut subs =
-        SubHeaders { blocks: Vec::new(), origin: None, toplevel_xid: None, main_data_len: 0, len: 0 };
+    let mut subs = SubHeaders {
+        blocks: Vec::new(),
+        origin: None,
+        toplevel_xid: None,
+        main_data_len: 0,
+        len: 0,
+    };
     let mut payload_len = 0usize;
     while body.len() - cur.at > payload_len {
         match cur.u8()? {
@@ -225,7 +246,9 @@ fn parse_block_header(
     let data_len = cur.u16()? as usize;
     let has_data = fork_flags & BKPBLOCK_HAS_DATA != 0;
     if has_data != (data_len != 0) {
-        return Err(format!("block {id}: BKPBLOCK_HAS_DATA is {has_data} but data length is {data_len}"));
+        return Err(format!(
+            "block {id}: BKPBLOCK_HAS_DATA is {has_data} but data length is {data_len}"
+        ));
     }
     let mut image = None;
     if fork_flags & BKPBLOCK_HAS_IMAGE != 0 {
@@ -233,7 +256,8 @@ fn parse_block_header(
     }
     let fork = fork_flags & BKPBLOCK_FORK_MASK;
     let (spc_oid, db_oid, rel_number) = if fork_flags & BKPBLOCK_SAME_REL != 0 {
-        let prev = previous.ok_or_else(|| format!("block {id}: BKPBLOCK_SAME_REL without a previous block"))?;
+        let prev = previous
+            .ok_or_else(|| format!("block {id}: BKPBLOCK_SAME_REL without a previous block"))?;
         (prev.tag.spc_oid, prev.tag.db_oid, prev.tag.rel_number)
     } else {
         (cur.u32()?, cur.u32()?, cur.u32()?)
@@ -243,7 +267,11 @@ fn parse_block_header(
     Ok(BlockHeader { id, tag, fork_flags, data_len, image })
 }
 
-fn parse_image_header(cur: &mut Cursor<'_>, id: u8, version: PgMajorVersion) -> Result<ImageHeader, String> {
+fn parse_image_header(
+    cur: &mut Cursor<'_>,
+    id: u8,
+    version: PgMajorVersion,
+) -> Result<ImageHeader, String> {
     let stored_len = cur.u16()?;
     let hole_offset = cur.u16()?;
     let info = cur.u8()?;

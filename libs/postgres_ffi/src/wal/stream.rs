@@ -239,19 +239,30 @@ impl WalStreamDecoder {
     fn check_page_header(&mut self, page_lsn: Lsn, h: &PageHeader) -> Result<(), String> {
         let magic = xlog_page_magic(self.version);
         if h.magic != magic {
-            return Err(format!("magic {:#06x}, expected {magic:#06x} (PostgreSQL {})", h.magic, self.version.number()));
+            return Err(format!(
+                "magic {:#06x}, expected {magic:#06x} (PostgreSQL {})",
+                h.magic,
+                self.version.number()
+            ));
         }
         if h.info & !XLP_ALL_FLAGS != 0 {
             return Err(format!("unknown flags in xlp_info {:#06x}", h.info));
         }
         if (h.info & XLP_LONG_HEADER != 0) != h.long.is_some() {
-            return Err(format!("xlp_info {:#06x}: long header flag wrong for the segment position", h.info));
+            return Err(format!(
+                "xlp_info {:#06x}: long header flag wrong for the segment position",
+                h.info
+            ));
         }
         if h.pageaddr != page_lsn.0 {
             return Err(format!("xlp_pageaddr is {}", Lsn(h.pageaddr)));
         }
         if self.timeline.is_some_and(|tli| h.timeline < tli) {
-            return Err(format!("timeline {} after timeline {}", h.timeline, self.timeline.unwrap()));
+            return Err(format!(
+                "timeline {} after timeline {}",
+                h.timeline,
+                self.timeline.unwrap()
+            ));
         }
         self.timeline = Some(h.timeline);
         if let Some((sysid, seg_size, blcksz)) = h.long {
@@ -274,8 +285,13 @@ impl WalStreamDecoder {
             Some(s) => {
                 let left = s.tot_len - s.bytes.len();
                 if !is_cont || h.rem_len as usize != left {
+                    let overwritten = if h.info & XLP_FIRST_IS_OVERWRITE_CONTRECORD != 0 {
+                        " (the server abandoned this record: XLP_FIRST_IS_OVERWRITE_CONTRECORD)"
+                    } else {
+                        ""
+                    };
                     return self.fail(s.lsn, format!(
-                        "page {page_lsn} should continue this record with {left} bytes: xlp_info {:#06x}, xlp_rem_len {}",
+                        "page {page_lsn} should continue this record with {left} bytes: xlp_info {:#06x}, xlp_rem_len {}{overwritten}",
                         h.info, h.rem_len
                     ));
                 }
@@ -299,9 +315,14 @@ impl WalStreamDecoder {
             return self.fail(lsn, "record start is not 8-byte aligned".to_string());
         }
         let page_offset = (lsn.0 % XLOG_BLCKSZ as u64) as usize;
-        let header_len = if lsn.0 % WAL_SEGMENT_SIZE < XLOG_BLCKSZ as u64 { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN };
+        let header_len = if lsn.0 % WAL_SEGMENT_SIZE < XLOG_BLCKSZ as u64 {
+            XLOG_LONG_PHD_LEN
+        } else {
+            XLOG_SHORT_PHD_LEN
+        };
         if page_offset < header_len {
-            return self.fail(lsn, format!("record start inside the {header_len}-byte page header"));
+            return self
+                .fail(lsn, format!("record start inside the {header_len}-byte page header"));
         }
         if self.pending.len() < 4 {
             return Ok(Step::NeedMore);
@@ -317,7 +338,8 @@ impl WalStreamDecoder {
         let tot_len = tot_len as usize;
         if tot_len > XLOG_BLCKSZ - page_offset {
             let capacity = tot_len.min(SPANNING_RECORD_INITIAL_CAPACITY);
-            self.spanning = Some(SpanningRecord { lsn, tot_len, bytes: BytesMut::with_capacity(capacity) });
+            self.spanning =
+                Some(SpanningRecord { lsn, tot_len, bytes: BytesMut::with_capacity(capacity) });
             return Ok(Step::Progress);
         }
         if self.pending.len() < tot_len {
@@ -349,20 +371,29 @@ impl WalStreamDecoder {
 
     /// All bytes of the record at `lsn` are here (`self.pos` is its end):
     /// check its header and CRC, find the next record's start, decode.
-    fn finish_record(&mut self, lsn: Lsn, bytes: Bytes) -> Result<DecodedWalRecord, WalDecodeError> {
+    fn finish_record(
+        &mut self,
+        lsn: Lsn,
+        bytes: Bytes,
+    ) -> Result<DecodedWalRecord, WalDecodeError> {
         let header = XLogRecordHeader::decode(&bytes);
         debug_assert_eq!(header.tot_len as usize, bytes.len());
         if let Some(prev) = self.prev_record {
             if header.prev != prev {
-                return self.fail(lsn, format!("xl_prev {} but the previous record is at {prev}", header.prev));
+                return self.fail(
+                    lsn,
+                    format!("xl_prev {} but the previous record is at {prev}", header.prev),
+                );
             }
         }
         if header.rmid > RM_MAX_BUILTIN_ID && header.rmid < RM_MIN_CUSTOM_ID {
             return self.fail(lsn, format!("unknown resource manager id {}", header.rmid));
         }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&bytes[XLOG_RECORD_HEADER_LEN..]), &bytes[..20]);
+        let crc =
+            crc32c::crc32c_append(crc32c::crc32c(&bytes[XLOG_RECORD_HEADER_LEN..]), &bytes[..20]);
         if crc != header.crc {
-            return self.fail(lsn, format!("CRC-32C {crc:#010x}, record says {:#010x}", header.crc));
+            return self
+                .fail(lsn, format!("CRC-32C {crc:#010x}, record says {:#010x}", header.crc));
         }
         let mut end_lsn = self.pos.align();
         if header.rmid == rmgr_id::XLOG && header.info & 0xF0 == XLOG_SWITCH {

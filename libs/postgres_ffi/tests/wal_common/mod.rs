@@ -4,11 +4,11 @@
 //! record bodies, and feeding a decoder in random chunks.
 #![allow(dead_code)]
 
+use postgres_ffi::wal::stream::xlog_page_magic;
 use postgres_ffi::wal::{
     DecodedWalRecord, WalDecodeError, WalStreamDecoder, WAL_SEGMENT_SIZE, XLOG_BLCKSZ,
     XLOG_LONG_PHD_LEN, XLOG_RECORD_HEADER_LEN, XLOG_SHORT_PHD_LEN,
 };
-use postgres_ffi::wal::stream::xlog_page_magic;
 use postgres_ffi::PgMajorVersion;
 use rand::Rng;
 use utils::lsn::Lsn;
@@ -36,7 +36,11 @@ impl Written {
             }
             left -= page_left;
             pos += page_left;
-            pos += if pos.is_multiple_of(WAL_SEGMENT_SIZE) { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN } as u64;
+            pos += if pos.is_multiple_of(WAL_SEGMENT_SIZE) {
+                XLOG_LONG_PHD_LEN
+            } else {
+                XLOG_SHORT_PHD_LEN
+            } as u64;
         }
     }
 }
@@ -56,7 +60,14 @@ impl WalWriter {
     /// `start` must be a page boundary or an 8-aligned position after the
     /// page header.
     pub fn new(start: Lsn, version: PgMajorVersion) -> WalWriter {
-        WalWriter { version, start, out: Vec::new(), prev: Lsn(0), records: Vec::new(), page_headers: Vec::new() }
+        WalWriter {
+            version,
+            start,
+            out: Vec::new(),
+            prev: Lsn(0),
+            records: Vec::new(),
+            page_headers: Vec::new(),
+        }
     }
 
     pub fn lsn(&self) -> Lsn {
@@ -149,7 +160,10 @@ impl WalWriter {
             self.out.extend_from_slice(&(XLOG_BLCKSZ as u32).to_le_bytes());
             self.page_headers.push((at + 24, at + 40));
         }
-        debug_assert_eq!(self.out.len() - at, if long { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN });
+        debug_assert_eq!(
+            self.out.len() - at,
+            if long { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN }
+        );
     }
 }
 

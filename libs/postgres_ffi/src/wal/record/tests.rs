@@ -32,7 +32,8 @@ fn pglz_literals(raw: &[u8]) -> Vec<u8> {
 
 #[test]
 fn blocks_origin_toplevel_xid_and_main_data() {
-    let page: Vec<u8> = (0..BLCKSZ).map(|i| if (100..7000).contains(&i) { 0 } else { i as u8 | 1 }).collect();
+    let page: Vec<u8> =
+        (0..BLCKSZ).map(|i| if (100..7000).contains(&i) { 0 } else { i as u8 | 1 }).collect();
     let stored = pglz_literals(&[&page[..100], &page[7000..]].concat());
     let mut body = vec![0u8, 0x10 | 0x20];
     body.extend_from_slice(&3u16.to_le_bytes());
@@ -98,7 +99,10 @@ fn malformed_sub_headers_are_errors_naming_the_lsn() {
         ("truncated", vec![0, 0x20]),
         ("short main data", vec![255, 10, 1, 2]),
         ("extra bytes", vec![255, 1, 1, 2]),
-        ("uncompressed short image", [vec![0, 0x10, 0, 0], 8000u16.to_le_bytes().to_vec(), vec![0, 0, 0]].concat()),
+        (
+            "uncompressed short image",
+            [vec![0, 0x10, 0, 0], 8000u16.to_le_bytes().to_vec(), vec![0, 0, 0]].concat(),
+        ),
     ];
     for (what, body) in cases {
         let err = decode(&body).expect_err(what);
