@@ -112,6 +112,8 @@ pub struct DecodedWalRecord {
     pub lsn: Lsn,
     /// Where the next record may start: the end of this one, 8-byte aligned
     /// (the value PostgreSQL stamps into `pd_lsn` of the pages it changes).
+    /// For an XLOG SWITCH record, the start of the next segment (as
+    /// PostgreSQL's reader and pg_walinspect report it).
     pub end_lsn: Lsn,
     pub xid: u32,
     /// `xl_info`: the high nibble is the rmgr's record kind.

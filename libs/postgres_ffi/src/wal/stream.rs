@@ -285,8 +285,13 @@ impl WalStreamDecoder {
             Some(s) => {
                 let left = s.tot_len - s.bytes.len();
                 if !is_cont || h.rem_len as usize != left {
+                    let overwritten = if h.info & XLP_FIRST_IS_OVERWRITE_CONTRECORD != 0 {
+                        " (the server abandoned this record: XLP_FIRST_IS_OVERWRITE_CONTRECORD)"
+                    } else {
+                        ""
+                    };
                     return self.fail(s.lsn, format!(
-                        "page {page_lsn} should continue this record with {left} bytes: xlp_info {:#06x}, xlp_rem_len {}",
+                        "page {page_lsn} should continue this record with {left} bytes: xlp_info {:#06x}, xlp_rem_len {}{overwritten}",
                         h.info, h.rem_len
                     ));
                 }
