@@ -5,8 +5,8 @@ by the daemon. The daemon is stopped; the primary writes non-transactional
 logical messages of one size from several sessions (no page changes: the
 WAL is payload); a second slot created at the same moment keeps the same
 WAL for pg_receivewal. Then, measured one after the other on the same WAL
-range: pg_receivewal receiving it to local disk (with fsync, the physical
-floor of receiving it), and the restarted daemon ingesting it until
+range: pg_receivewal receiving it to local disk (fsync per segment, the
+physical floor of receiving it), and the restarted daemon ingesting it until
 `last_record_lsn` reaches the end. The ratio daemon/pg_receivewal is the
 figure; absolute MiB/s vary with the shared machine.
 """
@@ -54,7 +54,7 @@ def receivewal_seconds(pg, slot: str, end_lsn: str, dest) -> float:
     start = time.monotonic()
     cmd = pg._cmd(
         "pg_receivewal", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-D", str(dest),
-        "--slot", slot, "-E", end_lsn, "-n", "--synchronous",
+        "--slot", slot, "-E", end_lsn, "-n",
     )
     subprocess.run(cmd, check=True, capture_output=True, timeout=600, cwd="/")
     return time.monotonic() - start
