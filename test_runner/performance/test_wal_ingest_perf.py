@@ -98,3 +98,54 @@ def test_payload_wal_catch_up(pageserver, vanilla_pg, test_output_dir, size, req
         f.write(json.dumps(result) + "\n")
     request.config.perf_summaries.append((f"WAL catch-up, {size // 1024} KiB messages", json.dumps(result)))
     pg.psql("SELECT pg_drop_replication_slot('bench_receivewal')")
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
+
+
+def test_steady_state_lag_under_pgbench(pageserver, vanilla_pg, request):
+    """pgbench at full speed against a followed primary; the lag sampled
+    every 100 ms from the timeline detail (bytes and ms behind the primary)."""
+    runtime = 10 if request.config.getoption("--perf-smoke") else 60
+    pg = vanilla_pg.init(SETTINGS).start()
+    ps = pageserver
+    ps.allow_errors(r"replication failed")
+    http = ps.http_client()
+    tenant = http.tenant_create()
+    conn = f"postgres://postgres@127.0.0.1:{pg.port}/postgres"
+    pg.pgbench_init(10)
+    tl = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": conn}})["timeline_id"]
+    start_lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+    bench = subprocess.Popen(
+        pg._cmd("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "4", "-j", "2",
+                "-T", str(runtime), "postgres"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/",
+    )
+    lag_bytes, lag_ms = [], []
+    t0 = time.monotonic()
+    while bench.poll() is None:
+        src = http.timeline_get(tenant, tl)["wal_source"]
+        lag_bytes.append(src["lag_bytes"])
+        lag_ms.append(src["lag_ms"])
+        time.sleep(0.1)
+    elapsed = time.monotonic() - t0
+    out = bench.stdout.read()
+    tps = next((line.split("=")[1].split()[0] for line in out.splitlines() if line.startswith("tps")), "?")
+    end_lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+    wal_mib = (end_lsn - start_lsn) / 2**20
+    result = {
+        "runtime_s": runtime,
+        "pgbench_tps": tps,
+        "wal_mib_s": round(wal_mib / elapsed, 1),
+        "lag_bytes_p50": percentile(lag_bytes, 0.5),
+        "lag_bytes_p99": percentile(lag_bytes, 0.99),
+        "lag_ms_p50": percentile(lag_ms, 0.5),
+        "lag_ms_p99": percentile(lag_ms, 0.99),
+        "samples": len(lag_ms),
+    }
+    (TEST_OUTPUT / "perf").mkdir(parents=True, exist_ok=True)
+    with open(TEST_OUTPUT / "perf" / "wal_ingest.jsonl", "a") as f:
+        f.write(json.dumps(result) + "\n")
+    request.config.perf_summaries.append(("WAL ingest under pgbench", json.dumps(result)))

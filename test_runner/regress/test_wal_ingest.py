@@ -200,3 +200,34 @@ def test_kill9_during_ingest_loses_nothing_acknowledged(pageserver, vanilla_pg):
     while parse_lsn(pg.psql(f"SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'")) < flushed:
         assert time.monotonic() < deadline, "the slot did not advance to the daemon's flush position"
         time.sleep(0.2)
+
+
+def test_attach_imported_timeline(pageserver, vanilla_pg, test_output_dir):
+    """PUT .../source: a timeline imported from a pg_basebackup tar streams
+    from its backup LSN on a slot created before the backup."""
+    pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
+    ps = pageserver
+    ps.allow_errors(*PRIMARY_GONE)
+    http = ps.http_client()
+    pg.psql("CREATE TABLE before_backup AS SELECT generate_series(1, 1000) g")
+    # The slot first (reserving WAL from now), then the backup: the slot holds
+    # everything from the backup's start LSN on.
+    pg.psql("SELECT pg_create_physical_replication_slot('imported', true)")
+    tar = pg.basebackup_tar(test_output_dir / "bb")
+    tenant = http.tenant_create()
+    timeline = "0" * 31 + "2"
+    http.import_basebackup(tenant, timeline, str(tar))
+    pg.psql("CREATE TABLE after_backup AS SELECT generate_series(1, 1000) g")
+    from fixtures.http import PageserverApiError
+
+    with pytest.raises(PageserverApiError) as e:
+        http._json("PUT", f"/v1/tenant/{tenant}/timeline/{timeline}/source", json={"connstring": connstring(pg), "slot": "nope"})
+    assert e.value.status == 409 and "nope" in e.value.msg, e.value
+    info = http._json(
+        "PUT", f"/v1/tenant/{tenant}/timeline/{timeline}/source", json={"connstring": connstring(pg), "slot": "imported"}
+    )
+    assert info["wal_source"]["slot"] == "imported"
+    with pytest.raises(PageserverApiError) as e:
+        http._json("PUT", f"/v1/tenant/{tenant}/timeline/{timeline}/source", json={"connstring": connstring(pg), "slot": "imported"})
+    assert e.value.status == 409 and "already follows" in e.value.msg, e.value
+    assert_matches(ps, tenant, timeline, pg, "after attaching the imported timeline")
