@@ -37,6 +37,15 @@ SETTINGS = {
 SESSIONS = 4
 
 
+def follow(ps, pg) -> tuple:
+    """(http client, tenant, timeline) of a new timeline following `pg`."""
+    ps.allow_errors(r"replication failed")
+    http = ps.http_client()
+    tenant = http.tenant_create()
+    body = {"source": {"connstring": f"postgres://postgres@127.0.0.1:{pg.port}/postgres"}}
+    return http, tenant, http._json("POST", f"/v1/tenant/{tenant}/timeline", json=body)["timeline_id"]
+
+
 def emit(pg, size: int, total_bytes: int) -> None:
     per_session = total_bytes // size // SESSIONS
     sql = f"SELECT count(pg_logical_emit_message(false, 'bench', repeat('x', {size}))) FROM generate_series(1, {per_session})"
@@ -66,11 +75,7 @@ def test_payload_wal_catch_up(pageserver, vanilla_pg, test_output_dir, size, req
     total = (64 if smoke else 512) * 1024 * 1024
     pg = vanilla_pg.init(SETTINGS).start()
     ps = pageserver
-    ps.allow_errors(r"replication failed")
-    http = ps.http_client()
-    tenant = http.tenant_create()
-    conn = f"postgres://postgres@127.0.0.1:{pg.port}/postgres"
-    tl = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": conn}})["timeline_id"]
+    http, tenant, tl = follow(ps, pg)
     ps.stop()
     pg.psql("SELECT pg_create_physical_replication_slot('bench_receivewal', true)")
     start_lsn = pg.psql("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'bench_receivewal'")
@@ -111,12 +116,8 @@ def test_steady_state_lag_under_pgbench(pageserver, vanilla_pg, request):
     runtime = 10 if request.config.getoption("--perf-smoke") else 60
     pg = vanilla_pg.init(SETTINGS).start()
     ps = pageserver
-    ps.allow_errors(r"replication failed")
-    http = ps.http_client()
-    tenant = http.tenant_create()
-    conn = f"postgres://postgres@127.0.0.1:{pg.port}/postgres"
     pg.pgbench_init(10)
-    tl = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": conn}})["timeline_id"]
+    http, tenant, tl = follow(ps, pg)
     start_lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
     bench = subprocess.Popen(
         pg._cmd("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "4", "-j", "2",

@@ -78,6 +78,16 @@ WORKLOAD = [
 ]
 
 
+def follow(ps, pg) -> tuple:
+    """(http client, tenant, timeline) of a new timeline following `pg`."""
+    ps.allow_errors(*PRIMARY_GONE)
+    http = ps.http_client()
+    tenant = http.tenant_create()
+    body = {"source": {"connstring": connstring(pg)}}
+    timeline = http._json("POST", f"/v1/tenant/{tenant}/timeline", json=body)["timeline_id"]
+    return http, tenant, timeline
+
+
 def checkpoint_lsn(pg) -> int:
     pg.psql("CHECKPOINT")
     return parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
@@ -149,12 +159,7 @@ def test_primary_without_consistency_checking_is_refused(pageserver, vanilla_pg)
 def test_record_without_image_fails_reads_clearly(pageserver, vanilla_pg):
     pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
     ps = pageserver
-    ps.allow_errors(*PRIMARY_GONE)
-    http = ps.http_client()
-    tenant = http.tenant_create()
-    timeline = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(pg)}})[
-        "timeline_id"
-    ]
+    http, tenant, timeline = follow(ps, pg)
     pg.psql("CREATE TABLE x (a int); INSERT INTO x VALUES (1)")
     node = int(pg.psql("SELECT pg_relation_filenode('x')"))
     db = int(pg.psql("SELECT oid FROM pg_database WHERE datname = 'postgres'"))
@@ -176,12 +181,7 @@ def test_kill9_during_ingest_loses_nothing_acknowledged(pageserver, vanilla_pg):
     catches up, and the pages match at the end."""
     pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
     ps = pageserver
-    ps.allow_errors(*PRIMARY_GONE)
-    http = ps.http_client()
-    tenant = http.tenant_create()
-    timeline = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(pg)}})[
-        "timeline_id"
-    ]
+    http, tenant, timeline = follow(ps, pg)
     slot = f"pageserver_{timeline}"
     pg.psql("CREATE TABLE k (id int PRIMARY KEY, v text)")
     for round_ in range(10):
