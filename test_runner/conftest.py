@@ -134,8 +134,7 @@ def vanilla_pg(test_output_dir, port_distributor):
     pg = VanillaPostgres(test_output_dir / "vanilla_pg", port_distributor.get())
     yield pg
     pg.stop(mode="immediate")
-    if pg.link is not None:
-        pg.remove()  # lives outside test_output
+    pg.release()
 
 
 def _cached_backup(port_distributor, name: str, setup) -> BaseBackup:

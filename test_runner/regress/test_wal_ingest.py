@@ -33,8 +33,7 @@ def primary(request, test_output_dir, port_distributor):
     pg.init({**PRIMARY_SETTINGS, "wal_compression": WAL_COMPRESSION[major]}).start()
     yield pg
     pg.stop(mode="immediate")
-    if pg.link is not None:
-        pg.remove()
+    pg.release()
 
 
 def connstring(pg) -> str:
