@@ -81,6 +81,9 @@ def test_payload_wal_catch_up(pageserver, vanilla_pg, test_output_dir, size, req
     start_lsn = pg.psql("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'bench_receivewal'")
     emit(pg, size, total)
     end_lsn = pg.psql("SELECT pg_current_wal_insert_lsn()")
+    # pg_receivewal stops once it has received WAL past -E; a committed
+    # message flushes everything and puts a record after the end.
+    pg.psql("SELECT pg_logical_emit_message(true, 'end', 'x')")
     wal_mib = (parse_lsn(end_lsn) - parse_lsn(start_lsn)) / 2**20
 
     floor_s = receivewal_seconds(pg, "bench_receivewal", end_lsn, test_output_dir / "receivewal")
