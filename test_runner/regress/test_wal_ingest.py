@@ -11,7 +11,7 @@ import pytest
 
 from fixtures.pagestream import ErrorResponse, RelTag, parse_lsn
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
-from fixtures.wal_compare import compare_with_primary
+from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary
 
 PRIMARY_SETTINGS = {
     "wal_consistency_checking": "'all'",
@@ -87,6 +87,19 @@ def follow(ps, pg) -> tuple:
     return http, tenant, timeline
 
 
+def share_lock_together(pg) -> None:
+    """Two transactions share-lock the same rows at once: a multixact."""
+    import threading
+
+    sql = "BEGIN; SELECT count(*) FROM (SELECT * FROM t WHERE id < 50 FOR SHARE) s; SELECT pg_sleep(0.5); COMMIT"
+    threads = [threading.Thread(target=pg.psql, args=(sql,)) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert int(pg.psql("SELECT count(*) FROM t WHERE id < 50 AND (xmax::text::bigint) > 0")) > 0
+
+
 def checkpoint_lsn(pg) -> int:
     pg.psql("CHECKPOINT")
     return parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
@@ -96,7 +109,8 @@ def assert_matches(ps, tenant, timeline, pg, what: str) -> None:
     lsn = checkpoint_lsn(pg)
     wait_for_lsn(ps.http_client(), tenant, timeline, lsn)
     res = compare_with_primary(ps, tenant, timeline, pg, lsn)
-    assert res.pages > 100, res
+    compare_slru_with_primary(ps, tenant, timeline, pg, lsn, res)
+    assert res.pages > 100 and res.slru_segments >= 3, res
     assert not res.mismatches, f"{what}: {len(res.mismatches)} mismatches of {res.pages} pages:\n" + "\n".join(res.mismatches[:40])
 
 
@@ -122,6 +136,7 @@ def test_follow_primary_pages_match(pageserver, primary):
     pg.run("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "2", "-T", "3", "postgres")
     for sql in WORKLOAD:
         pg.psql(sql)
+    share_lock_together(pg)
     assert_matches(ps, tenant, timeline, pg, "after pgbench -i and DDL")
     src = http.timeline_get(tenant, timeline)["wal_source"]
     assert src["state"] == "streaming" and src["last_error"] is None, src

@@ -40,7 +40,15 @@ pub async fn multixact(
         MultiXactRecord::Create { mid, moff, members } => {
             let page = mid / MULTIXACT_OFFSETS_PER_PAGE;
             let at = (mid % MULTIXACT_OFFSETS_PER_PAGE) * 4;
-            let patch = vec![(at as u16, Bytes::copy_from_slice(&moff.to_le_bytes()))];
+            let mut patch = vec![(at as u16, Bytes::copy_from_slice(&moff.to_le_bytes()))];
+            // Current minor releases also record where the next multixact's
+            // members start (so a reader of this one never waits for it).
+            // Done here when that entry is on the same page; on the next
+            // page it is written when that multixact is created.
+            let next_offset = moff.wrapping_add(members.len() as u32);
+            if at + 4 < postgres_ffi::BLCKSZ as u32 {
+                patch.push(((at + 4) as u16, Bytes::copy_from_slice(&next_offset.to_le_bytes())));
+            }
             put_patches(SlruKind::MultiXactOffsets, page, patch, m).await?;
             let mut by_page: Vec<(u32, Vec<(u16, Bytes)>)> = Vec::new();
             for (i, member) in members.iter().enumerate() {
@@ -62,7 +70,6 @@ pub async fn multixact(
             for (page, patches) in by_page {
                 put_patches(SlruKind::MultiXactMembers, page, patches, m).await?;
             }
-            let next_offset = moff.wrapping_add(members.len() as u32);
             checkpoint.update(|c| {
                 if mid.wrapping_add(1).wrapping_sub(c.next_multi) as i32 > 0 {
                     c.next_multi = mid.wrapping_add(1);
