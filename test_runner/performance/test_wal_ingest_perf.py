@@ -148,6 +148,8 @@ def test_steady_state_lag_under_pgbench(pageserver, vanilla_pg, request):
         "lag_ms_p50": percentile(lag_ms, 0.5),
         "lag_ms_p99": percentile(lag_ms, 0.99),
         "samples": len(lag_ms),
+        "backpressure_waits": http.metrics().value_or("pageserver_ingest_backpressure_waits_total", 0.0),
+        "worst_samples_ms": sorted(lag_ms)[-5:],
     }
     (TEST_OUTPUT / "perf").mkdir(parents=True, exist_ok=True)
     with open(TEST_OUTPUT / "perf" / "wal_ingest.jsonl", "a") as f:
