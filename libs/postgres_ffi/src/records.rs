@@ -33,6 +33,18 @@ pub fn vm_clear_flags(page: &mut [u8], heap_blknos: &[u32], flags: u8) {
     }
 }
 
+/// Clear both bits of every heap block from `first_heap_blkno` to the end
+/// of this VM page (`visibilitymap_prepare_truncate`: the blocks a
+/// truncation removed). Blocks before it keep their bits.
+pub fn vm_clear_tail(page: &mut [u8], first_heap_blkno: u32) {
+    assert_eq!(page.len(), BLCKSZ);
+    let idx = first_heap_blkno % VM_HEAPBLOCKS_PER_PAGE;
+    let byte = SIZE_OF_PAGE_HEADER_DATA + (idx / VM_HEAPBLOCKS_PER_BYTE) as usize;
+    let keep_bits = (idx % VM_HEAPBLOCKS_PER_BYTE) * VM_BITS_PER_HEAPBLOCK;
+    page[byte] &= ((1u16 << keep_bits) - 1) as u8;
+    page[byte + 1..].fill(0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +59,11 @@ mod tests {
         vm_clear_flags(&mut vm, &[1], 0b11);
         assert_eq!(vm[SIZE_OF_PAGE_HEADER_DATA], 0b1111_0011);
         assert_eq!(vm[SIZE_OF_PAGE_HEADER_DATA + 1], 0xff);
+
+        let mut vm = vec![0xffu8; BLCKSZ];
+        vm_clear_tail(&mut vm, VM_HEAPBLOCKS_PER_PAGE + 5);
+        assert_eq!(vm[SIZE_OF_PAGE_HEADER_DATA], 0xff, "blocks 0-3 keep their bits");
+        assert_eq!(vm[SIZE_OF_PAGE_HEADER_DATA + 1], 0b0000_0011, "block 4 keeps, 5-7 cleared");
+        assert!(vm[SIZE_OF_PAGE_HEADER_DATA + 2..].iter().all(|b| *b == 0));
     }
 }

@@ -12,7 +12,7 @@ use utils::lsn::Lsn;
 use super::value::{Record, Value};
 use super::PageReconstructError;
 
-use postgres_ffi::records::{clog_set_status, vm_clear_flags};
+use postgres_ffi::records::{clog_set_status, vm_clear_flags, vm_clear_tail};
 use postgres_ffi::BLCKSZ;
 
 /// `values` newest first; the last one must be `will_init`.
@@ -71,6 +71,10 @@ fn apply(key: Key, lsn: Lsn, page: &mut BytesMut, rec: Record) -> Result<(), Pag
         Record::VmClearFlags { heap_blknos, flags } => {
             need_page(page, "visibility map")?;
             vm_clear_flags(page, &heap_blknos, flags);
+        }
+        Record::VmClearTail { first_heap_blkno } => {
+            need_page(page, "visibility map")?;
+            vm_clear_tail(page, first_heap_blkno);
         }
         Record::SetBytes { patches } => {
             need_page(page, "byte-patch")?;

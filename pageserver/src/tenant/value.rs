@@ -23,9 +23,11 @@ pub enum Record {
     /// Clear visibility-map `flags` (bit 0 all-visible, bit 1 all-frozen) of
     /// the listed heap blocks, which all map to this VM page.
     VmClearFlags { heap_blknos: Vec<u32>, flags: u8 },
+    /// Clear the visibility-map bits of every heap block from
+    /// `first_heap_blkno` to the end of this VM page (a truncation).
+    VmClearTail { first_heap_blkno: u32 },
     /// Write each `(offset, bytes)` into the page, in order (multixact
-    /// offsets and members, the zeroed tail of a truncated visibility-map
-    /// page). All patches of one page at one LSN are one record.
+    /// offsets and members). All patches of one page at one LSN are one record.
     SetBytes { patches: Vec<(u16, Bytes)> },
     /// A PostgreSQL WAL record that needs PostgreSQL redo (we have none):
     /// reading a page that depends on it is an error naming rmgr and LSN.
@@ -49,6 +51,7 @@ const REC_VM_CLEAR: u8 = 1;
 const REC_POSTGRES: u8 = 2;
 const REC_TEST: u8 = 3;
 const REC_SET_BYTES: u8 = 4;
+const REC_VM_TAIL: u8 = 5;
 
 /// Bytes of framing around a value: tag and CRC.
 pub const VALUE_OVERHEAD: usize = 1 + 4;
@@ -66,6 +69,7 @@ impl Record {
         match self {
             Record::ClogSetStatus { .. }
             | Record::VmClearFlags { .. }
+            | Record::VmClearTail { .. }
             | Record::SetBytes { .. } => false,
             Record::Postgres { will_init, .. } | Record::Test { will_init, .. } => *will_init,
         }
@@ -94,6 +98,7 @@ impl Value {
                         Record::SetBytes { patches } => {
                             2 + patches.iter().map(|(_, b)| 4 + b.len()).sum::<usize>()
                         }
+                        Record::VmClearTail { .. } => 4,
                     }
                 }
             }
@@ -132,6 +137,10 @@ impl Value {
                         out.put_u8(REC_TEST);
                         out.put_u8(*will_init as u8);
                         out.extend_from_slice(append);
+                    }
+                    Record::VmClearTail { first_heap_blkno } => {
+                        out.put_u8(REC_VM_TAIL);
+                        out.put_u32_le(*first_heap_blkno);
                     }
                     Record::SetBytes { patches } => {
                         out.put_u8(REC_SET_BYTES);
@@ -205,6 +214,12 @@ impl Value {
                         let rmid = b.get_u8();
                         Record::Postgres { will_init, rmid, rec: Bytes::copy_from_slice(b) }
                     }
+                    REC_VM_TAIL => {
+                        if b.len() != 4 {
+                            return Err(ValueDecodeError::Malformed("bad VM tail record length"));
+                        }
+                        Record::VmClearTail { first_heap_blkno: b.get_u32_le() }
+                    }
                     REC_SET_BYTES => {
                         need(b, 2)?;
                         let n = b.get_u16_le() as usize;
@@ -262,6 +277,7 @@ mod tests {
             Value::Record(Record::SetBytes {
                 patches: vec![(4, Bytes::from_static(b"xyz")), (9, Bytes::from_static(b"q"))],
             }),
+            Value::Record(Record::VmClearTail { first_heap_blkno: 40_000 }),
         ];
         for v in values {
             let mut s = v.serialize();

@@ -14,7 +14,7 @@ use postgres_ffi::wal::rmgr::{
     XactRecord, XlogRecord, SMGR_TRUNCATE_FSM, SMGR_TRUNCATE_HEAP, SMGR_TRUNCATE_VM,
 };
 use postgres_ffi::wal::DecodedWalRecord;
-use postgres_ffi::{PgMajorVersion, SIZE_OF_PAGE_HEADER_DATA};
+use postgres_ffi::PgMajorVersion;
 
 use super::{rel_of, Ingested, WalIngest};
 use crate::pgdatadir_mapping::{zero_page, DatadirModification};
@@ -150,24 +150,10 @@ async fn truncate_vm(
 ) -> anyhow::Result<()> {
     let Some(size) = m.rel_size(vm).await? else { return Ok(()) };
     let mut keep = heap_blocks / VM_HEAPBLOCKS_PER_PAGE;
-    let first_cleared = heap_blocks % VM_HEAPBLOCKS_PER_PAGE;
-    if first_cleared != 0 {
+    if !heap_blocks.is_multiple_of(VM_HEAPBLOCKS_PER_PAGE) {
         if keep < size {
-            // The partial byte: its remaining heap blocks, one bit pair each.
-            let byte_end = first_cleared.next_multiple_of(4);
-            let blknos: Vec<u32> =
-                (heap_blocks..heap_blocks + (byte_end - first_cleared)).collect();
-            if !blknos.is_empty() {
-                let clear = Record::VmClearFlags { heap_blknos: blknos, flags: 0b11 };
-                m.put_rel_value(vm, keep, Value::Record(clear)).await?;
-            }
-            // Whole bytes after it: zeroed.
-            let from = SIZE_OF_PAGE_HEADER_DATA + (byte_end / 4) as usize;
-            if from < postgres_ffi::BLCKSZ {
-                let zeros = Bytes::from(vec![0u8; postgres_ffi::BLCKSZ - from]);
-                let patch = Record::SetBytes { patches: vec![(from as u16, zeros)] };
-                m.put_rel_value(vm, keep, Value::Record(patch)).await?;
-            }
+            let clear = Record::VmClearTail { first_heap_blkno: heap_blocks };
+            m.put_rel_value(vm, keep, Value::Record(clear)).await?;
         }
         keep += 1;
     }
@@ -192,7 +178,7 @@ async fn complete(
     status: u8,
     m: &mut DatadirModification<'_>,
 ) -> anyhow::Result<()> {
-    let mut xids = c.subxacts.clone();
+    let mut xids = c.subxacts;
     xids.push(c.xid);
     xids.sort_unstable_by_key(|x| x / CLOG_XACTS_PER_PAGE);
     for chunk in xids.chunk_by(|a, b| a / CLOG_XACTS_PER_PAGE == b / CLOG_XACTS_PER_PAGE) {
