@@ -14,7 +14,6 @@ figure; absolute MiB/s vary with the shared machine.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -24,7 +23,7 @@ import pytest
 
 from fixtures.pageserver import TEST_OUTPUT
 from fixtures.pagestream import parse_lsn
-from fixtures.vanilla_pg import PG_BIN_DIR
+from fixtures.wal_compare import follow_primary
 
 pytestmark = pytest.mark.perf
 
@@ -35,15 +34,6 @@ SETTINGS = {
     "max_wal_size": "'4GB'",
 }
 SESSIONS = 4
-
-
-def follow(ps, pg) -> tuple:
-    """(http client, tenant, timeline) of a new timeline following `pg`."""
-    ps.allow_errors(r"replication failed")
-    http = ps.http_client()
-    tenant = http.tenant_create()
-    body = {"source": {"connstring": f"postgres://postgres@127.0.0.1:{pg.port}/postgres"}}
-    return http, tenant, http._json("POST", f"/v1/tenant/{tenant}/timeline", json=body)["timeline_id"]
 
 
 def emit(pg, size: int, total_bytes: int) -> None:
@@ -75,7 +65,7 @@ def test_payload_wal_catch_up(pageserver, vanilla_pg, test_output_dir, size, req
     total = (64 if smoke else 512) * 1024 * 1024
     pg = vanilla_pg.init(SETTINGS).start()
     ps = pageserver
-    http, tenant, tl = follow(ps, pg)
+    http, tenant, tl = follow_primary(ps, pg, [r"replication failed"])
     ps.stop()
     pg.psql("SELECT pg_create_physical_replication_slot('bench_receivewal', true)")
     start_lsn = pg.psql("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'bench_receivewal'")
@@ -120,7 +110,7 @@ def test_steady_state_lag_under_pgbench(pageserver, vanilla_pg, request):
     pg = vanilla_pg.init(SETTINGS).start()
     ps = pageserver
     pg.pgbench_init(10)
-    http, tenant, tl = follow(ps, pg)
+    http, tenant, tl = follow_primary(ps, pg, [r"replication failed"])
     start_lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
     bench = subprocess.Popen(
         pg._cmd("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "4", "-j", "2",

@@ -5,13 +5,14 @@ PostgreSQL's consistency checking masks them)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from fixtures.pagestream import ErrorResponse, RelTag, parse_lsn
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
-from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary
+from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary, follow_primary
 
 PRIMARY_SETTINGS = {
     "wal_consistency_checking": "'all'",
@@ -77,20 +78,8 @@ WORKLOAD = [
 ]
 
 
-def follow(ps, pg) -> tuple:
-    """(http client, tenant, timeline) of a new timeline following `pg`."""
-    ps.allow_errors(*PRIMARY_GONE)
-    http = ps.http_client()
-    tenant = http.tenant_create()
-    body = {"source": {"connstring": connstring(pg)}}
-    timeline = http._json("POST", f"/v1/tenant/{tenant}/timeline", json=body)["timeline_id"]
-    return http, tenant, timeline
-
-
 def share_lock_together(pg) -> None:
     """Two transactions share-lock the same rows at once: a multixact."""
-    import threading
-
     sql = "BEGIN; SELECT count(*) FROM (SELECT * FROM t WHERE id < 50 FOR SHARE) s; SELECT pg_sleep(0.5); COMMIT"
     threads = [threading.Thread(target=pg.psql, args=(sql,)) for _ in range(2)]
     for th in threads:
@@ -173,7 +162,7 @@ def test_primary_without_consistency_checking_is_refused(pageserver, vanilla_pg)
 def test_record_without_image_fails_reads_clearly(pageserver, vanilla_pg):
     pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
     ps = pageserver
-    http, tenant, timeline = follow(ps, pg)
+    http, tenant, timeline = follow_primary(ps, pg, PRIMARY_GONE)
     pg.psql("CREATE TABLE x (a int); INSERT INTO x VALUES (1)")
     node = int(pg.psql("SELECT pg_relation_filenode('x')"))
     db = int(pg.psql("SELECT oid FROM pg_database WHERE datname = 'postgres'"))
@@ -195,7 +184,7 @@ def test_kill9_during_ingest_loses_nothing_acknowledged(pageserver, vanilla_pg):
     catches up, and the pages match at the end."""
     pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
     ps = pageserver
-    http, tenant, timeline = follow(ps, pg)
+    http, tenant, timeline = follow_primary(ps, pg, PRIMARY_GONE)
     slot = f"pageserver_{timeline}"
     pg.psql("CREATE TABLE k (id int PRIMARY KEY, v text)")
     for round_ in range(10):

@@ -58,6 +58,7 @@ pub async fn serve_connections(
     conf: &HttpConf,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
+    let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(conf.body_read_timeout));
     let slots = Arc::new(Semaphore::new(conf.max_connections));
     let connections = TaskTracker::new();
     loop {
@@ -98,7 +99,6 @@ pub async fn serve_connections(
 }
 
 async fn serve_one(socket: TcpStream, app: Router, conf: &HttpConf, cancel: CancellationToken) {
-    let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(conf.body_read_timeout));
     let service = TowerToHyperService::new(app);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(conf.header_read_timeout);

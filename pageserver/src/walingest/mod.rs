@@ -55,13 +55,8 @@ impl WalIngest {
     /// State of `tl` as of `lsn` (its control file and checkpoint).
     pub async fn new(tl: &Timeline, lsn: Lsn) -> anyhow::Result<WalIngest> {
         let version = PgMajorVersion::new(tl.pg_version)?;
-        let read = ReadKind::Ingest;
-        let control = get_one(tl, read, Key::control_file(), lsn)
-            .await?
-            .context("the timeline has no control file (was it created from a base backup?)")?;
-        let control = ControlFileData::decode(&control, version)
-            .context("the timeline's control file does not decode")?;
-        let checkpoint = get_one(tl, read, Key::checkpoint(), lsn)
+        let control = read_control_file(tl, lsn).await?;
+        let checkpoint = get_one(tl, ReadKind::Ingest, Key::checkpoint(), lsn)
             .await?
             .context("the timeline has no checkpoint value")?;
         Ok(WalIngest {
@@ -113,6 +108,16 @@ impl WalIngest {
         }
         Ok(())
     }
+}
+
+/// The timeline's `pg_control` as of `lsn`, decoded.
+pub async fn read_control_file(tl: &Timeline, lsn: Lsn) -> anyhow::Result<ControlFileData> {
+    let version = PgMajorVersion::new(tl.pg_version)?;
+    let control = get_one(tl, ReadKind::Ingest, Key::control_file(), lsn)
+        .await?
+        .context("the timeline has no control file (was it created from a base backup?)")?;
+    ControlFileData::decode(&control, version)
+        .context("the timeline's control file does not decode")
 }
 
 /// Does ingesting `rec` read the timeline's committed state (beyond the

@@ -203,18 +203,7 @@ pub async fn attach_source(
     }
     let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
     let lsn = tl.get_last_record_lsn();
-    let control = crate::pgdatadir_mapping::get_one(
-        tl,
-        crate::tenant::ReadKind::Ingest,
-        pageserver_api::key::Key::control_file(),
-        lsn,
-    )
-    .await
-    .map_err(|e| BootstrapError::Other(e.into()))?
-    .ok_or_else(|| refused("the timeline has no control file: import a base backup first"))?;
-    let version = postgres_ffi::PgMajorVersion::new(tl.pg_version).map_err(anyhow::Error::from)?;
-    let control = postgres_ffi::controlfile::ControlFileData::decode(&control, version)
-        .map_err(anyhow::Error::from)?;
+    let control = crate::walingest::read_control_file(tl, lsn).await?;
     if control.system_identifier != id.systemid {
         return Err(refused(format!(
             "the primary is cluster {}, the timeline was imported from cluster {}",

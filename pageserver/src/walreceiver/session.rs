@@ -12,9 +12,9 @@ use std::fmt;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use postgres_ffi::wal::{rmgr_id, WalStreamDecoder};
+use postgres_ffi::wal::WalStreamDecoder;
 use postgres_ffi::PgMajorVersion;
-use pq_proto::replication::{ReplicationClient, ReplicationMessage, StreamEnd, XLogData};
+use pq_proto::replication::{ReplicationClient, ReplicationMessage, XLogData};
 use tokio::time::{sleep_until, Instant as TokioInstant};
 use utils::lsn::Lsn;
 
@@ -109,7 +109,7 @@ pub async fn run(
                         status.send(&mut stream, tl, &decoder, false).await?;
                     }
                 }
-                ReplicationMessage::End(end) => return Ok(SessionEnd::Primary(describe(&end))),
+                ReplicationMessage::End(end) => return Ok(SessionEnd::Primary(format!("{end:?}"))),
             },
             _ = status.tick() => status.send(&mut stream, tl, &decoder, false).await?,
             _ = idle => {
@@ -130,10 +130,6 @@ fn observe(tl: &Timeline, received: u64, primary_end: u64, primary_time_us: i64)
     s.received_lsn = s.received_lsn.max(Lsn(received));
     s.primary_lsn = s.primary_lsn.max(Lsn(primary_end));
     s.primary_time_us = primary_time_us;
-}
-
-fn describe(end: &StreamEnd) -> String {
-    format!("{end:?}")
 }
 
 /// Feed one XLogData message and ingest every record it completes.
@@ -173,7 +169,7 @@ async fn ingest_message(
         let outcome = ingest.ingest(&rec, m).await?;
         shutdown_checkpoint |= outcome.shutdown_checkpoint;
         METRICS.record(rec.rmid);
-        if rec.rmid == rmgr_id::XLOG && outcome.shutdown_checkpoint {
+        if outcome.shutdown_checkpoint {
             tracing::info!("shutdown checkpoint at {}", rec.lsn);
         }
     }

@@ -24,7 +24,7 @@
 //!   without it; a frozen layer being flushed stays readable until dropped.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -96,6 +96,9 @@ pub struct Timeline {
     corruption_log: PerKeyLogLimit,
     /// The primary this timeline follows, if any (`wal_source.json`).
     wal_source: Mutex<Option<WalSource>>,
+    /// `min_readable_lsn()`, kept beside `wal_source` (written under its
+    /// lock) so that the per-request LSN check takes no lock.
+    min_readable_lsn: AtomicU64,
     /// Set by the WAL receiver, read by the API.
     pub receiver_status: Mutex<ReceiverStatus>,
 }
@@ -149,6 +152,7 @@ impl Timeline {
             ephemeral_seq: AtomicU64::new(0),
             tasks: TaskTracker::new(),
             corruption_log: PerKeyLogLimit::default(),
+            min_readable_lsn: AtomicU64::new(readable_from(md.initial_lsn, &wal_source).0),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
         });
@@ -178,8 +182,7 @@ impl Timeline {
     /// The lowest LSN reads may ask for: the start, or, for a timeline that
     /// follows a primary, the LSN where its base backup became consistent.
     pub fn min_readable_lsn(&self) -> Lsn {
-        let consistent = self.wal_source.lock().unwrap().as_ref().map(|s| s.consistent_lsn);
-        self.initial_lsn.max(consistent.unwrap_or(Lsn(0)))
+        Lsn(self.min_readable_lsn.load(Ordering::Acquire))
     }
 
     /// The primary this timeline follows, if any.
@@ -193,7 +196,10 @@ impl Timeline {
             Some(s) => s.persist(&self.conf.io_engine, &self.dir).await?,
             None => WalSource::remove(&self.conf.io_engine, &self.dir).await?,
         }
-        *self.wal_source.lock().unwrap() = source;
+        let mut current = self.wal_source.lock().unwrap();
+        let floor = readable_from(self.initial_lsn, &source);
+        self.min_readable_lsn.store(floor.0, Ordering::Release);
+        *current = source;
         Ok(())
     }
 
@@ -240,6 +246,12 @@ impl Timeline {
         self.tasks.close();
         self.tasks.wait().await;
     }
+}
+
+/// The lowest readable LSN: the start, or, for a timeline that follows a
+/// primary, the LSN where its base backup became consistent.
+fn readable_from(initial_lsn: Lsn, source: &Option<WalSource>) -> Lsn {
+    initial_lsn.max(source.as_ref().map_or(Lsn(0), |s| s.consistent_lsn))
 }
 
 #[cfg(test)]
