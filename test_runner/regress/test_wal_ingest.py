@@ -5,6 +5,7 @@ PostgreSQL's consistency checking masks them)."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
@@ -130,6 +131,12 @@ def test_follow_primary_pages_match(pageserver, primary):
     src = http.timeline_get(tenant, timeline)["wal_source"]
     assert src["state"] == "streaming" and src["last_error"] is None, src
     assert parse_lsn(src["received_lsn"]) >= parse_lsn(src["consistent_lsn"]), src
+    m = http.metrics()
+    ids = {"tenant_id": tenant, "timeline_id": timeline}
+    assert m.value("pageserver_wal_receiver_lag_bytes", **ids) >= 0
+    assert m.value("pageserver_wal_receiver_lag_seconds", **ids) >= 0
+    flushed = m.value("pageserver_wal_receiver_positions", position="flush", **ids)
+    assert 0 < flushed <= m.value("pageserver_wal_receiver_positions", position="write", **ids)
 
     pg.psql("TRUNCATE pgbench_history; BEGIN; CREATE TABLE gone (x int); INSERT INTO gone VALUES (1); ROLLBACK")
     pg.psql("CREATE DATABASE copied STRATEGY FILE_COPY")
@@ -145,6 +152,7 @@ def test_follow_primary_pages_match(pageserver, primary):
 
     http.timeline_delete(tenant, timeline)
     assert pg.psql("SELECT count(*) FROM pg_replication_slots") == "0"
+    assert not http.metrics().query("pageserver_wal_receiver_lag_bytes", **ids)
 
 
 def test_primary_without_consistency_checking_is_refused(pageserver, vanilla_pg):
@@ -203,6 +211,32 @@ def test_kill9_during_ingest_loses_nothing_acknowledged(pageserver, vanilla_pg):
     while parse_lsn(pg.psql(f"SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = '{slot}'")) < flushed:
         assert time.monotonic() < deadline, "the slot did not advance to the daemon's flush position"
         time.sleep(0.2)
+
+
+def test_primary_crash_and_restart_during_ingest(pageserver, vanilla_pg):
+    """The primary is killed (immediate stop: crash recovery on restart)
+    twice while pgbench writes and the daemon streams; it reconnects each
+    time and serves the primary's pages afterwards."""
+    pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
+    ps = pageserver
+    pg.pgbench_init(1)
+    http, tenant, timeline = follow_primary(ps, pg, PRIMARY_GONE)
+    for round_ in range(2):
+        bench = subprocess.Popen(
+            pg._cmd("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "2", "-T", "30", "postgres"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+        )
+        time.sleep(1.5)
+        before = parse_lsn(http.timeline_get(tenant, timeline)["last_record_lsn"])
+        pg.stop(mode="immediate")
+        bench.wait(timeout=30)
+        pg.start()
+        info = wait_for_lsn(http, tenant, timeline, parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()")))
+        assert parse_lsn(info["last_record_lsn"]) > before, f"round {round_}: no progress past {before:X}"
+    src = http.timeline_get(tenant, timeline)["wal_source"]
+    assert src["state"] == "streaming", src
+    assert http.metrics().value("pageserver_wal_receiver_reconnects_total") >= 2
+    assert_matches(ps, tenant, timeline, pg, "after two primary crashes")
 
 
 def test_attach_imported_timeline(pageserver, vanilla_pg, test_output_dir):

@@ -196,7 +196,8 @@ async fn status() -> Json<StatusResponse> {
 }
 
 /// `GET /metrics`: the default Prometheus registry in text format.
-async fn prometheus_metrics() -> Result<Response, ApiError> {
+async fn prometheus_metrics(State(state): State<HttpState>) -> Result<Response, ApiError> {
+    crate::walreceiver::refresh_metrics(&state.tenants);
     let text = metrics::encode_text().map_err(ApiError::Internal)?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }

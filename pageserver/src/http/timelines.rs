@@ -48,9 +48,8 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
 
 fn wal_source_info(tl: &Timeline, s: &WalSource) -> WalSourceInfo {
     let status = tl.receiver_status.lock().unwrap().clone();
-    let applied = tl.get_last_record_lsn();
-    let behind = status.primary_lsn > applied;
     let now = pq_proto::replication::PgTimestamp::now().0;
+    let (lag_bytes, lag_ms) = status.lag(tl.get_last_record_lsn(), now);
     WalSourceInfo {
         connstring: s.redacted_connstring(),
         slot: s.slot.clone(),
@@ -59,8 +58,8 @@ fn wal_source_info(tl: &Timeline, s: &WalSource) -> WalSourceInfo {
         state: if status.state.is_empty() { "starting" } else { status.state }.to_string(),
         received_lsn: status.received_lsn,
         primary_lsn: status.primary_lsn,
-        lag_bytes: status.primary_lsn.0.saturating_sub(applied.0),
-        lag_ms: if behind { (now - status.primary_time_us).max(0) as u64 / 1000 } else { 0 },
+        lag_bytes,
+        lag_ms,
         last_error: status.last_error,
     }
 }

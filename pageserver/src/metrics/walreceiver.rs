@@ -1,4 +1,6 @@
-//! WAL receiver and ingest metrics (all timelines together).
+//! WAL receiver and ingest metrics: counters of all timelines together,
+//! gauges per followed timeline (refreshed from the timelines at each
+//! scrape, so a deleted timeline's series disappear with it).
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -6,15 +8,16 @@
 //! | `pageserver_wal_ingest_records_total` | counter | `rmgr` | WAL records ingested, by resource manager |
 //! | `pageserver_wal_ingest_batch_seconds` | histogram | | time to ingest and commit the records of one replication message |
 //! | `pageserver_wal_receiver_reconnects_total` | counter | | replication sessions that ended and were retried |
-//! | `pageserver_wal_receiver_lag_bytes` | gauge | | the primary's WAL end minus `last_record_lsn`, at the latest message of any receiver |
-//! | `pageserver_wal_receiver_positions` | gauge | `position` | the last reported `write`, `flush` and `apply` LSNs (as numbers) of any receiver |
+//! | `pageserver_wal_receiver_lag_bytes` | gauge | `tenant_id`, `timeline_id` | the primary's latest WAL end minus `last_record_lsn` |
+//! | `pageserver_wal_receiver_lag_seconds` | gauge | `tenant_id`, `timeline_id` | while behind: time since the primary sent its latest message |
+//! | `pageserver_wal_receiver_positions` | gauge | `tenant_id`, `timeline_id`, `position` | the last reported `write`, `flush` and `apply` LSNs (as numbers) |
 
 use std::sync::LazyLock;
 
 use postgres_ffi::wal::rmgr::rmgr_name;
 use prometheus::{
-    register_histogram, register_int_counter, register_int_counter_vec, register_int_gauge,
-    register_int_gauge_vec, Histogram, IntCounter, IntGauge,
+    register_gauge_vec, register_histogram, register_int_counter, register_int_counter_vec,
+    register_int_gauge_vec, GaugeVec, Histogram, IntCounter, IntGaugeVec,
 };
 use utils::lsn::Lsn;
 
@@ -28,8 +31,19 @@ pub struct WalReceiverMetrics {
     records: [IntCounter; RMGR_SLOTS],
     pub ingest_seconds: Histogram,
     pub reconnects: IntCounter,
-    lag_bytes: IntGauge,
-    positions: [IntGauge; 3],
+    lag_bytes: IntGaugeVec,
+    lag_seconds: GaugeVec,
+    positions: IntGaugeVec,
+}
+
+/// One followed timeline's receiver state, sampled at scrape time.
+pub struct FollowerSample {
+    pub tenant_id: String,
+    pub timeline_id: String,
+    pub lag_bytes: u64,
+    pub lag_seconds: f64,
+    /// The latest standby status sent: write, flush, apply.
+    pub reported: [Lsn; 3],
 }
 
 impl WalReceiverMetrics {
@@ -37,29 +51,31 @@ impl WalReceiverMetrics {
         self.records[(rmid as usize).min(RMGR_SLOTS - 1)].inc();
     }
 
-    /// The primary's WAL end as of a message, against what is ingested.
-    pub fn observe_primary_end(&self, primary_end: u64, last_record_lsn: Lsn) {
-        self.lag_bytes.set(primary_end.saturating_sub(last_record_lsn.0) as i64);
-    }
-
-    pub fn observe_positions(&self, write: Lsn, flush: Lsn, apply: Lsn) {
-        for (g, lsn) in self.positions.iter().zip([write, flush, apply]) {
-            g.set(lsn.0 as i64);
+    /// Replace the per-timeline gauges with `samples` (all followed
+    /// timelines; series of the others are dropped).
+    pub fn refresh(&self, samples: &[FollowerSample]) {
+        self.lag_bytes.reset();
+        self.lag_seconds.reset();
+        self.positions.reset();
+        for s in samples {
+            let ids = [s.tenant_id.as_str(), s.timeline_id.as_str()];
+            self.lag_bytes.with_label_values(&ids).set(s.lag_bytes as i64);
+            self.lag_seconds.with_label_values(&ids).set(s.lag_seconds);
+            for (pos, lsn) in ["write", "flush", "apply"].iter().zip(s.reported) {
+                let labels = [ids[0], ids[1], pos];
+                self.positions.with_label_values(&labels).set(lsn.0 as i64);
+            }
         }
     }
 }
+
+const TIMELINE_LABELS: &[&str] = &["tenant_id", "timeline_id"];
 
 pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
     let records = register_int_counter_vec!(
         "pageserver_wal_ingest_records_total",
         "WAL records ingested, by resource manager",
         &["rmgr"]
-    )
-    .expect("register metric");
-    let positions = register_int_gauge_vec!(
-        "pageserver_wal_receiver_positions",
-        "Last reported standby positions (write, flush, apply) as LSN numbers",
-        &["position"]
     )
     .expect("register metric");
     WalReceiverMetrics {
@@ -83,12 +99,24 @@ pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
             "Replication sessions that ended and were retried"
         )
         .expect("register metric"),
-        lag_bytes: register_int_gauge!(
+        lag_bytes: register_int_gauge_vec!(
             "pageserver_wal_receiver_lag_bytes",
-            "The primary's WAL end minus last_record_lsn at the latest message"
+            "The primary's latest WAL end minus last_record_lsn",
+            TIMELINE_LABELS
         )
         .expect("register metric"),
-        positions: ["write", "flush", "apply"].map(|p| positions.with_label_values(&[p])),
+        lag_seconds: register_gauge_vec!(
+            "pageserver_wal_receiver_lag_seconds",
+            "While behind: seconds since the primary sent its latest message",
+            TIMELINE_LABELS
+        )
+        .expect("register metric"),
+        positions: register_int_gauge_vec!(
+            "pageserver_wal_receiver_positions",
+            "Last reported standby positions (write, flush, apply) as LSN numbers",
+            &["tenant_id", "timeline_id", "position"]
+        )
+        .expect("register metric"),
     }
 });
 

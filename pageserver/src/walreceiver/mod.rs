@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
-use crate::metrics::walreceiver::METRICS;
+use crate::metrics::walreceiver::{FollowerSample, METRICS};
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::timeline::wal_source::WalSource;
 use crate::tenant::Timeline;
@@ -83,6 +83,30 @@ pub fn start_all(tenants: &TenantManager, conf: &Arc<WalReceiverConf>) {
             }
         }
     }
+}
+
+/// Refresh the per-timeline receiver gauges from every followed timeline
+/// (called at each metrics scrape).
+pub fn refresh_metrics(tenants: &TenantManager) {
+    let now_us = pq_proto::replication::PgTimestamp::now().0;
+    let mut samples = Vec::new();
+    for tenant in tenants.list_tenants() {
+        for tl in tenant.list_timelines() {
+            if tl.wal_source().is_none() {
+                continue;
+            }
+            let status = tl.receiver_status.lock().unwrap().clone();
+            let (lag_bytes, lag_ms) = status.lag(tl.get_last_record_lsn(), now_us);
+            samples.push(FollowerSample {
+                tenant_id: tl.tenant_id.to_string(),
+                timeline_id: tl.timeline_id.to_string(),
+                lag_bytes,
+                lag_seconds: lag_ms as f64 / 1000.0,
+                reported: status.reported,
+            });
+        }
+    }
+    METRICS.refresh(&samples);
 }
 
 async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {

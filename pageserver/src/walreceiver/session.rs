@@ -103,7 +103,6 @@ pub async fn run(
                     }
                 }
                 ReplicationMessage::PrimaryKeepalive(k) => {
-                    METRICS.observe_primary_end(k.wal_end, tl.get_last_record_lsn());
                     observe(tl, decoder.fed_lsn().0, k.wal_end, k.server_time.0);
                     if k.reply_requested {
                         status.send(&mut stream, tl, &decoder, false).await?;
@@ -147,7 +146,6 @@ async fn ingest_message(
             decoder.fed_lsn()
         );
     }
-    METRICS.observe_primary_end(x.wal_end, tl.get_last_record_lsn());
     METRICS.wal_bytes.inc_by(x.data.len() as u64);
     decoder.feed_bytes(&x.data);
     let started = Instant::now();

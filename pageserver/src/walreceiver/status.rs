@@ -10,7 +10,6 @@ use postgres_ffi::wal::WalStreamDecoder;
 use pq_proto::replication::ReplicationStream;
 use tokio::time::{interval, Interval, MissedTickBehavior};
 
-use crate::metrics::walreceiver::METRICS;
 use crate::tenant::Timeline;
 
 pub struct StatusReporter {
@@ -41,7 +40,7 @@ impl StatusReporter {
         let apply = tl.get_last_record_lsn();
         debug_assert!(flush <= apply && apply <= write, "{flush} <= {apply} <= {write}");
         stream.send_standby_status(write.0, flush.0, apply.0, reply_requested).await?;
-        METRICS.observe_positions(write, flush, apply);
+        tl.receiver_status.lock().unwrap().reported = [write, flush, apply];
         self.timer.reset();
         Ok(())
     }

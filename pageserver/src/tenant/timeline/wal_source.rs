@@ -88,6 +88,20 @@ pub struct ReceiverStatus {
     pub primary_time_us: i64,
     /// The error that ended the latest session, if one did.
     pub last_error: Option<String>,
+    /// The latest standby status sent: `write`, `flush`, `apply`.
+    pub reported: [Lsn; 3],
+}
+
+impl ReceiverStatus {
+    /// How far `applied` (`last_record_lsn`) is behind the primary: bytes
+    /// to its latest WAL end, and while behind, milliseconds since the
+    /// primary sent its latest message (`now_us` on PostgreSQL's clock).
+    pub fn lag(&self, applied: Lsn, now_us: i64) -> (u64, u64) {
+        let bytes = self.primary_lsn.0.saturating_sub(applied.0);
+        let behind_ms =
+            if bytes > 0 { (now_us - self.primary_time_us).max(0) as u64 / 1000 } else { 0 };
+        (bytes, behind_ms)
+    }
 }
 
 #[cfg(test)]
