@@ -18,6 +18,7 @@ use postgres_ffi::wal::rmgr::{
     classify, rmgr_name, ClogRecord, DatabaseRecord, MultiXactRecord, NativeRecord, StorageRecord,
     XactRecord, XlogRecord,
 };
+use postgres_ffi::wal::image::BlockImage;
 use postgres_ffi::wal::{BlockTag, DecodedBlock, DecodedWalRecord};
 use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;
@@ -41,7 +42,7 @@ fn block(s: &str) -> DecodedBlock {
             blkno: f[5],
         },
         will_init: false,
-        image: (f[6] == 1).then(|| Bytes::from(vec![0u8; 8192])),
+        image: (f[6] == 1).then(|| BlockImage::uncompressed(Bytes::from(vec![0u8; 8192]))),
         apply_image: f[6] == 1,
         data: Bytes::new(),
     }

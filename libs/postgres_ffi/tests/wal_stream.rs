@@ -140,7 +140,8 @@ fn check_records(
                 assert_eq!(rec.blocks.len(), 1);
                 let block = &rec.blocks[0];
                 assert_eq!(block.tag.blkno, blkno);
-                assert_eq!(block.image.as_deref(), Some(&test_page(blkno)[..]));
+                let image = block.image.as_ref().map(|i| i.restore().unwrap());
+                assert_eq!(image.as_deref(), Some(&test_page(blkno)[..]));
                 assert!(block.apply_image);
             }
             None => assert!(rec.blocks.is_empty()),

@@ -100,6 +100,14 @@ mod tests {
     #[test]
     fn docs_list_every_registered_metric() {
         super::register_all(TEST_ROUTES, &["PageRequestHandler"]);
+        // Per-timeline families appear once a timeline has a series.
+        super::walreceiver::METRICS.refresh(&[super::walreceiver::FollowerSample {
+            tenant_id: "t".into(),
+            timeline_id: "tl".into(),
+            lag_bytes: 0,
+            lag_seconds: 0.0,
+            reported: Default::default(),
+        }]);
         let registered: std::collections::BTreeSet<String> =
             prometheus::gather().iter().map(|f| f.get_name().to_string()).collect();
         let documented: std::collections::BTreeSet<String> =

@@ -143,7 +143,7 @@ pub struct DatadirModification<'t> {
 fn value_bytes(v: &Value) -> usize {
     match v {
         Value::Image(b) => b.len(),
-        Value::Record(_) => v.serialized_len(),
+        Value::WalImage(_) | Value::Record(_) => v.serialized_len(),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod storage_layer;
 pub mod timeline;
 pub mod value;
 pub mod vectored_read;
+pub mod wal_image;
 
 #[cfg(test)]
 mod model_tests;

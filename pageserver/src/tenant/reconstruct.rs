@@ -10,6 +10,7 @@ use pageserver_api::key::Key;
 use utils::lsn::Lsn;
 
 use super::value::{Record, Value};
+use super::wal_image::WalImage;
 use super::PageReconstructError;
 
 use postgres_ffi::records::{clog_set_status, vm_clear_flags, vm_clear_tail};
@@ -37,6 +38,13 @@ pub fn reconstruct(
             }
             BytesMut::from(&img[..])
         }
+        Value::WalImage(img) => {
+            let page = materialize(key, base_lsn, &img)?;
+            if iter.len() == 0 {
+                return Ok(page);
+            }
+            BytesMut::from(&page[..])
+        }
         Value::Record(rec) => {
             let mut page = BytesMut::new();
             apply(key, base_lsn, &mut page, rec)?;
@@ -45,11 +53,23 @@ pub fn reconstruct(
     };
     for (rec_lsn, v) in iter {
         match v {
-            Value::Image(img) => page = BytesMut::from(&img[..]), // not expected after will_init
+            // Images are will_init: not expected after the base.
+            Value::Image(img) => page = BytesMut::from(&img[..]),
+            Value::WalImage(img) => page = BytesMut::from(&materialize(key, rec_lsn, &img)?[..]),
             Value::Record(rec) => apply(key, rec_lsn, &mut page, rec)?,
         }
     }
     Ok(page.freeze())
+}
+
+/// Rebuild a WAL image of a relation block stored at `lsn`.
+fn materialize(key: Key, lsn: Lsn, img: &WalImage) -> Result<Bytes, PageReconstructError> {
+    let corrupt = |what: String| PageReconstructError::Corrupt(format!("key {key}: {what}"));
+    if !key.is_rel_block() {
+        return Err(corrupt(format!("a WAL page image at {lsn} on a key that is no relation block")));
+    }
+    img.materialize(key.field6, lsn)
+        .map_err(|e| corrupt(format!("the WAL page image at {lsn} does not restore: {e}")))
 }
 
 fn apply(key: Key, lsn: Lsn, page: &mut BytesMut, rec: Record) -> Result<(), PageReconstructError> {

@@ -10,9 +10,12 @@
 //!   tag u8 | payload ... | crc32c u32 LE over tag+payload
 //! ```
 //! tag 0 image (payload = the bytes); tag 1 record (payload = record encoding
-//! below). The CRC makes a torn or corrupted value an error, never wrong data.
+//! below); tag 2 a page image as a WAL record stored it (`wal_image.rs`).
+//! The CRC makes a torn or corrupted value an error, never wrong data.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::wal_image::WalImage;
 
 /// A record that the pageserver applies itself, in Rust.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,11 +43,14 @@ pub enum Record {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Image(Bytes),
+    /// A page image as its WAL record stored it, rebuilt when read.
+    WalImage(WalImage),
     Record(Record),
 }
 
 const TAG_IMAGE: u8 = 0;
 const TAG_RECORD: u8 = 1;
+const TAG_WAL_IMAGE: u8 = 2;
 
 const REC_CLOG: u8 = 0;
 const REC_VM_CLEAR: u8 = 1;
@@ -79,7 +85,7 @@ impl Record {
 impl Value {
     pub fn will_init(&self) -> bool {
         match self {
-            Value::Image(_) => true,
+            Value::Image(_) | Value::WalImage(_) => true,
             Value::Record(r) => r.will_init(),
         }
     }
@@ -89,6 +95,7 @@ impl Value {
         VALUE_OVERHEAD
             + match self {
                 Value::Image(img) => img.len(),
+                Value::WalImage(img) => img.payload_len(),
                 Value::Record(r) => {
                     1 + match r {
                         Record::ClogSetStatus { xids, .. } => 1 + 4 + 4 * xids.len(),
@@ -111,6 +118,10 @@ impl Value {
             Value::Image(img) => {
                 out.push(TAG_IMAGE);
                 out.extend_from_slice(img);
+            }
+            Value::WalImage(img) => {
+                out.push(TAG_WAL_IMAGE);
+                img.serialize_into(out);
             }
             Value::Record(r) => {
                 out.push(TAG_RECORD);
@@ -184,6 +195,9 @@ impl Value {
         let mut b = &body[1..];
         match body[0] {
             TAG_IMAGE => Ok(Value::Image(buf.slice(1..buf.len() - 4))),
+            TAG_WAL_IMAGE => WalImage::decode(buf.slice(1..buf.len() - 4))
+                .map(Value::WalImage)
+                .map_err(ValueDecodeError::Malformed),
             TAG_RECORD => {
                 let need = |b: &[u8], n: usize| {
                     if b.len() < n {
@@ -278,6 +292,13 @@ mod tests {
                 patches: vec![(4, Bytes::from_static(b"xyz")), (9, Bytes::from_static(b"q"))],
             }),
             Value::Record(Record::VmClearTail { first_heap_blkno: 40_000 }),
+            Value::WalImage(WalImage {
+                compression: postgres_ffi::wal::image::ImageCompression::None,
+                hole_offset: 100,
+                hole_length: 8092,
+                data_checksums: true,
+                stored: Bytes::from(vec![7u8; 100]),
+            }),
         ];
         for v in values {
             let mut s = v.serialize();

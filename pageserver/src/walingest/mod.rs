@@ -2,8 +2,10 @@
 //! (see `docs/wal-ingest.md`).
 //!
 //! For every decoded record, at the record's end LSN:
-//! 1. each block reference with a full-page image stores that image as the
-//!    block's new version (`image.rs`: `pd_lsn` stamped, checksum redone); a
+//! 1. each block reference with a full-page image stores that image, as the
+//!    record carries it (compressed, hole removed), as the block's new
+//!    version (`tenant/wal_image.rs`: rebuilt when read, `pd_lsn` stamped,
+//!    checksum redone); a
 //!    reference past the relation's end extends it (gap blocks read as
 //!    zeros); a reference without an image stores a `Record::Postgres`, so
 //!    a read of that page fails naming the LSN and the rmgr: never a wrong
@@ -16,7 +18,6 @@
 //! The caller (the WAL receiver) owns the `DatadirModification`: it moves it
 //! to each record's end LSN with `set_lsn`, and commits batches of records.
 
-mod image;
 mod native;
 
 use anyhow::Context;
@@ -30,9 +31,9 @@ use utils::lsn::Lsn;
 
 use crate::pgdatadir_mapping::{get_one, DatadirModification};
 use crate::tenant::value::{Record, Value};
+use crate::tenant::wal_image::WalImage;
 use crate::tenant::{ReadKind, Timeline};
 
-pub use image::page_from_image;
 
 /// What the receiver should know about an ingested record.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -93,9 +94,7 @@ impl WalIngest {
             let rel = rel_of(&blk.tag);
             let blkno = blk.tag.blkno;
             let value = match &blk.image {
-                Some(img) => {
-                    Value::Image(page_from_image(img, blkno, rec.end_lsn, self.data_checksums))
-                }
+                Some(img) => Value::WalImage(WalImage::from_block(img, self.data_checksums)),
                 None => Value::Record(Record::Postgres {
                     will_init: blk.will_init,
                     rmid: rec.rmid,

@@ -124,6 +124,42 @@ fn compression_of(info: u8, bits: ImageInfoBits) -> Result<ImageCompression, Str
     Ok(found)
 }
 
+/// An image as a record stores it: the header and the stored bytes (hole
+/// removed, maybe compressed). Rebuilding is deferred to [`Self::restore`],
+/// so a consumer may keep the compact form (the record's CRC has vouched
+/// for the bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockImage {
+    pub header: ImageHeader,
+    /// Exactly `header.stored_len` bytes.
+    pub stored: Bytes,
+}
+
+impl BlockImage {
+    pub fn new(header: ImageHeader, stored: Bytes) -> BlockImage {
+        assert_eq!(stored.len(), header.stored_len as usize, "image of bimg_len bytes");
+        BlockImage { header, stored }
+    }
+
+    /// A whole page stored uncompressed, without a hole (tests, tools).
+    pub fn uncompressed(page: Bytes) -> BlockImage {
+        assert_eq!(page.len(), BLCKSZ, "a whole page");
+        let header = ImageHeader {
+            stored_len: BLCKSZ as u16,
+            hole_offset: 0,
+            hole_length: 0,
+            compression: ImageCompression::None,
+            apply: true,
+        };
+        BlockImage { header, stored: page }
+    }
+
+    /// The whole `BLCKSZ` page (see [`restore_image`]).
+    pub fn restore(&self) -> Result<Bytes, String> {
+        restore_image(&self.header, self.stored.clone())
+    }
+}
+
 /// Rebuild the `BLCKSZ` page from the `stored` bytes of an image.
 /// Zero-copy when the image is stored whole and uncompressed.
 pub fn restore_image(header: &ImageHeader, stored: Bytes) -> Result<Bytes, String> {

@@ -96,9 +96,10 @@ pub struct DecodedBlock {
     pub tag: BlockTag,
     /// `BKPBLOCK_WILL_INIT`: the redo routine re-initialises the page.
     pub will_init: bool,
-    /// The full page image, rebuilt to `BLCKSZ` bytes (hole zero-filled,
-    /// decompressed), if the record carries one; `pd_lsn` as in the record.
-    pub image: Option<Bytes>,
+    /// The full page image, if the record carries one, as stored (hole
+    /// removed, maybe compressed): `restore()` rebuilds the `BLCKSZ` page,
+    /// `pd_lsn` as in the record.
+    pub image: Option<image::BlockImage>,
     /// `BKPIMAGE_APPLY`: redo applies the image (else: consistency check only).
     pub apply_image: bool,
     /// Per-block data for the redo routine (may be empty).

@@ -10,13 +10,14 @@
 //!
 //! Invariants: the header lengths and the payload add up exactly to
 //! `xl_tot_len` (= the record's length), else an error; block data and
-//! main data are zero-copy slices of the record; images are rebuilt to
-//! `BLCKSZ` bytes. The CRC is the stream decoder's job (checked before).
+//! main data and images are zero-copy slices of the record (images are
+//! rebuilt only on demand, `BlockImage::restore`). The CRC is the stream
+//! decoder's job (checked before).
 
 use bytes::Bytes;
 use utils::lsn::Lsn;
 
-use super::image::{restore_image, ImageCompression, ImageHeader};
+use super::image::{BlockImage, ImageCompression, ImageHeader};
 use super::{BlockTag, DecodedBlock, DecodedWalRecord, WalDecodeError, XLOG_RECORD_HEADER_LEN};
 use crate::PgMajorVersion;
 
@@ -149,9 +150,7 @@ fn attach_payload(
     if let Some(h) = &block.image {
         let stored = record.slice(at..at + h.stored_len as usize);
         at += h.stored_len as usize;
-        let page =
-            restore_image(h, stored).map_err(|e| format!("block {} image: {e}", block.id))?;
-        image = Some(page);
+        image = Some(BlockImage::new(*h, stored));
     }
     let data = record.slice(at..at + block.data_len);
     at += block.data_len;

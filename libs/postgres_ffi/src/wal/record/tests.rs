@@ -60,7 +60,7 @@ fn blocks_origin_toplevel_xid_and_main_data() {
     assert_eq!(rec.main_data.len(), 300);
     let [b0, b2] = &rec.blocks[..] else { panic!("two blocks") };
     assert_eq!(b0.tag, BlockTag { spc_oid: 1663, db_oid: 5, rel_number: 16384, fork: 0, blkno: 9 });
-    assert_eq!(b0.image.as_deref(), Some(&page[..]));
+    assert_eq!(b0.image.as_ref().unwrap().restore().unwrap(), page[..]);
     assert!(b0.apply_image && !b0.will_init);
     assert_eq!(&b0.data[..], b"abc");
     assert_eq!(b2.id, 2);
