@@ -14,6 +14,7 @@ figure; absolute MiB/s vary with the shared machine.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -22,7 +23,7 @@ import time
 import pytest
 
 from fixtures.pageserver import TEST_OUTPUT
-from fixtures.pagestream import parse_lsn
+from fixtures.pagestream import ErrorResponse, RelTag, parse_lsn
 from fixtures.wal_compare import follow_primary
 
 pytestmark = pytest.mark.perf
@@ -145,3 +146,109 @@ def test_steady_state_lag_under_pgbench(pageserver, vanilla_pg, request):
     with open(TEST_OUTPUT / "perf" / "wal_ingest.jsonl", "a") as f:
         f.write(json.dumps(result) + "\n")
     request.config.perf_summaries.append(("WAL ingest under pgbench", json.dumps(result)))
+
+
+def run_pgbench(pg, seconds: int) -> None:
+    pg.run("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "4", "-j", "2",
+           "-T", str(seconds), "postgres")
+
+
+def test_pgbench_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request):
+    """Catch-up of pgbench WAL (>= 1 GiB; 64 MiB in the smoke run) written
+    while the daemon was stopped, side by side with pg_receivewal receiving
+    the same range from a slot created at the same moment."""
+    target = (64 if request.config.getoption("--perf-smoke") else 1024) * 2**20
+    pg = vanilla_pg.init(SETTINGS).start()
+    ps = pageserver
+    pg.pgbench_init(10)
+    http, tenant, tl = follow_primary(ps, pg, [r"replication failed"])
+    here = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+    while parse_lsn(http.timeline_get(tenant, tl)["last_record_lsn"]) < here:
+        time.sleep(0.05)
+    ours_start = parse_lsn(http.timeline_get(tenant, tl)["last_record_lsn"])  # idle primary: ~where it stops
+    ps.stop()
+    pg.psql("SELECT pg_create_physical_replication_slot('bench_receivewal', true)")
+    start_lsn = pg.psql("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'bench_receivewal'")
+    while parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()")) - parse_lsn(start_lsn) < target:
+        run_pgbench(pg, 5)
+    end_lsn = pg.psql("SELECT pg_current_wal_insert_lsn()")
+    pg.psql("SELECT pg_logical_emit_message(true, 'end', 'x')")  # a record past the end (see above)
+    floor_mib = (parse_lsn(end_lsn) - parse_lsn(start_lsn)) / 2**20
+    ours_mib = (parse_lsn(end_lsn) - ours_start) / 2**20
+
+    floor_s = receivewal_seconds(pg, "bench_receivewal", end_lsn, test_output_dir / "receivewal")
+    shutil.rmtree(test_output_dir / "receivewal")
+    t0 = time.monotonic()
+    ps.start()
+    while parse_lsn(http.timeline_get(tenant, tl)["last_record_lsn"]) < parse_lsn(end_lsn):
+        time.sleep(0.01)
+    ours_s = time.monotonic() - t0
+    info = http.timeline_get(tenant, tl)
+    result = {
+        "wal_mib": round(ours_mib, 1),
+        "pg_receivewal_mib_s": round(floor_mib / floor_s, 1),
+        "pageserver_mib_s": round(ours_mib / ours_s, 1),
+        "ratio": round((ours_mib / ours_s) / (floor_mib / floor_s), 2),
+        "l0_layers": info["l0_layers"],
+        "layer_bytes": info["l0_bytes"] + info["in_memory_bytes"],
+    }
+    result["records_per_s"] = round(http.metrics().value("pageserver_wal_ingest_records_total") / ours_s)  # counters restart with the daemon
+    record(request, "WAL catch-up, pgbench", result)
+    pg.psql("SELECT pg_drop_replication_slot('bench_receivewal')")
+
+
+def record(request, title: str, result: dict) -> None:
+    out = TEST_OUTPUT / "perf"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "wal_ingest.jsonl", "a") as f:
+        f.write(json.dumps(result) + "\n")
+    request.config.perf_summaries.append((title, json.dumps(result)))
+
+
+def test_reads_during_bulk_load(pageserver, vanilla_pg, request):
+    """While the primary runs one big `CREATE TABLE ... AS SELECT
+    generate_series(1, N)`, a reader asks every 100 ms for a page at the
+    primary's latest flushed LSN (as a compute does after its own writes):
+    each read waits until ingest reaches that LSN. Latency p50/p99 and the
+    slowest reads; no read may time out."""
+    rows = 1_000_000 if request.config.getoption("--perf-smoke") else int(os.environ.get("BULK_ROWS", "20000000"))
+    pg = vanilla_pg.init(SETTINGS).start()
+    ps = pageserver
+    http, tenant, tl = follow_primary(ps, pg, [r"replication failed"])
+    pg.psql("CREATE TABLE probe AS SELECT generate_series(1, 100) g")
+    node = int(pg.psql("SELECT pg_relation_filenode('probe')"))
+    db = int(pg.psql("SELECT oid FROM pg_database WHERE datname = 'postgres'"))
+    probe = RelTag(1663, db, node, 0)
+    start_lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+    load = subprocess.Popen(
+        pg._cmd("psql", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-Atc",
+                f"CREATE TABLE big AS SELECT generate_series(1, {rows}) g", "postgres"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd="/",
+    )
+    latencies_ms, errors, lags = [], [], []
+    t0 = time.monotonic()
+    with ps.pagestream(tenant, tl) as c:
+        while load.poll() is None:
+            lsn = parse_lsn(pg.psql("SELECT pg_current_wal_flush_lsn()"))
+            sent = time.monotonic()
+            resp = c.get_page(probe, 0, lsn=lsn)
+            latencies_ms.append((time.monotonic() - sent) * 1000)
+            if isinstance(resp, ErrorResponse):
+                errors.append(resp.message)
+            lags.append(http.timeline_get(tenant, tl)["wal_source"]["lag_bytes"])
+            time.sleep(0.1)
+    elapsed = time.monotonic() - t0
+    assert load.returncode == 0, load.stderr.read()
+    end_lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+    assert not errors, f"{len(errors)} of {len(latencies_ms)} reads failed, first: {errors[0]}"
+    result = {
+        "rows": rows,
+        "wal_mib": round((end_lsn - start_lsn) / 2**20, 1),
+        "primary_wal_mib_s": round((end_lsn - start_lsn) / 2**20 / elapsed, 1),
+        "reads": len(latencies_ms),
+        "read_ms_p50": round(percentile(latencies_ms, 0.5), 2),
+        "read_ms_p99": round(percentile(latencies_ms, 0.99), 2),
+        "read_ms_max": round(max(latencies_ms, default=0), 2),
+        "lag_bytes_p99": percentile(lags, 0.99),
+    }
+    record(request, "Reads during a bulk load", result)

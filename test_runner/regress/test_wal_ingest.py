@@ -100,7 +100,7 @@ def assert_matches(ps, tenant, timeline, pg, what: str) -> None:
     wait_for_lsn(ps.http_client(), tenant, timeline, lsn)
     res = compare_with_primary(ps, tenant, timeline, pg, lsn)
     compare_slru_with_primary(ps, tenant, timeline, pg, lsn, res)
-    assert res.pages > 100 and res.slru_segments >= 3, res
+    assert res.pages > 100 and res.slru_segments >= 3 and res.databases >= 2, res
     assert not res.mismatches, f"{what}: {len(res.mismatches)} mismatches of {res.pages} pages:\n" + "\n".join(res.mismatches[:40])
 
 
