@@ -7,7 +7,8 @@
 //! files are pushed together and submitted with one `io_uring_enter` (in
 //! chunks, see `uring/file.rs`) and run concurrently: overlapping writes
 //! in one batch leave either one's bytes. std-fs and the simulated engine
-//! run them one after another.
+//! run them one after another, and so does io-uring for buffered writes on
+//! file systems where it runs them inline (see `uring/file.rs`).
 
 use std::io;
 
@@ -80,7 +81,7 @@ impl IoEngine {
                 continue;
             }
             match (&self.ring, &file.inner) {
-                (Some(_), FileInner::Uring(f)) if !buf.is_empty() => {
+                (Some(_), FileInner::Uring(f)) if !buf.is_empty() && f.ring_writes() => {
                     on_ring.push((i, file));
                     let len = buf.len();
                     transfers.push(Transfer { file: f, buf, offset, len });

@@ -15,9 +15,11 @@
 //!   calling thread (page-cache hits cost ~1 µs; no thread hop as in tokio::fs).
 //! - `io-uring`: reads, writes and fsyncs through an io_uring whose
 //!   completions are driven from tokio's reactor through an eventfd
-//!   (`uring.rs`, which states its concurrency contract). Creating it fails
-//!   with a plain error when the kernel refuses io_uring; there is no
-//!   silent fallback.
+//!   (`uring.rs`, which states its concurrency contract). Buffered writes
+//!   on file systems where io_uring would punt them to a kernel thread
+//!   (ext4) run inline instead ([`UringBufferedWrites`]). Creating it
+//!   fails with a plain error when the kernel refuses io_uring; there is
+//!   no silent fallback.
 //! - simulated (`sim` feature, tests only, [`IoEngine::simulated`]): an
 //!   in-memory file system that drops or tears unsynced data on a simulated
 //!   crash (`sim.rs`).
@@ -93,6 +95,20 @@ impl std::str::FromStr for IoEngineKind {
     }
 }
 
+/// Where the io-uring engine runs buffered (not direct) writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UringBufferedWrites {
+    /// Through the ring on file systems that do them without blocking (XFS,
+    /// btrfs); inline `pwrite` elsewhere (ext4, ...), where io_uring would
+    /// hand each one to a kernel worker thread (see `uring/file.rs`).
+    #[default]
+    Auto,
+    /// Always through the ring.
+    Ring,
+    /// Always inline on the calling thread, as std-fs.
+    Inline,
+}
+
 /// Default bound on files open through one engine (layer files stay open
 /// while their layer is loaded, so this bounds loaded layers too).
 pub const DEFAULT_MAX_OPEN_FILES: usize = 16 * 1024;
@@ -148,6 +164,7 @@ pub struct IoEngine {
     open_files: Arc<OpenFiles>,
     /// The ring of the io-uring engine.
     ring: Option<Arc<uring::Ring>>,
+    uring_writes: UringBufferedWrites,
     /// Set for the simulated engine: every operation goes there instead.
     #[cfg(feature = "sim")]
     sim: Option<Arc<sim::SimFs>>,
@@ -220,6 +237,7 @@ impl IoEngine {
             kind,
             open_files,
             ring,
+            uring_writes: UringBufferedWrites::Auto,
             #[cfg(feature = "sim")]
             sim: None,
         })
@@ -231,6 +249,13 @@ impl IoEngine {
         let mut e = Self::new(IoEngineKind::StdFs).expect("infallible");
         e.sim = Some(fs);
         e
+    }
+
+    /// Set where the io-uring engine runs buffered writes of files opened
+    /// from now on (no effect on other engines).
+    pub fn with_uring_buffered_writes(mut self, policy: UringBufferedWrites) -> Self {
+        self.uring_writes = policy;
+        self
     }
 
     pub fn kind(&self) -> IoEngineKind {
@@ -271,7 +296,9 @@ impl IoEngine {
         let slot = self.take_open_slot(path)?;
         let inner = dispatch!(self, |fs| FileInner::Sim(fs.open(path, mode)?), {
             match &self.ring {
-                Some(ring) => FileInner::Uring(uring::UringFile::open(ring, path, mode)?),
+                Some(ring) => {
+                    FileInner::Uring(uring::UringFile::open(ring, path, mode, self.uring_writes)?)
+                }
                 None => FileInner::Std(std_fs::StdFile::open(path, mode)?),
             }
         });

@@ -5,7 +5,9 @@
 //! short transfers: a short read before EOF continues, EOF before `len` is
 //! `UnexpectedEof` as with std-fs), `sync_all` (`IORING_OP_FSYNC`), and the
 //! batch API. What stays synchronous std calls on the calling thread, as in
-//! std-fs: `open`, `len`, `set_len`, and the namespace operations.
+//! std-fs: `open`, `len`, `set_len`, the namespace operations, and buffered
+//! writes on file systems where io_uring would hand them to a kernel worker
+//! thread (ext4; see `file.rs` and `UringBufferedWrites`).
 //!
 //! Structure: `setup.rs` creates the ring and words the kernel's refusals;
 //! `slots.rs` is the slot table (who owns what while the kernel works);
@@ -22,11 +24,12 @@
 //! (`IORING_REGISTER_EVENTFD`), wrapped in a `tokio::io::unix::AsyncFd` per
 //! runtime that polls the engine, and **whoever polls reaps**:
 //!
-//! 1. Submitting: a future takes a slot permit (waiting asynchronously when
-//!    `MAX_IN_FLIGHT_OPS` are in flight), pushes its SQE under the mutex,
-//!    moving its buffer and an `Arc` of its file into the slot, and enters
-//!    the kernel once per single operation or once per batch. A full SQ is
-//!    submitted and the push retried.
+//! 1. Submitting: under the mutex a future takes a free slot (in FIFO
+//!    order; when `MAX_IN_FLIGHT_OPS` are in use it queues and waits
+//!    asynchronously), pushes its SQE and moves its buffer and an `Arc` of
+//!    its file into the slot; then it enters the kernel, once per single
+//!    operation or once per batch. A full SQ is submitted and the push
+//!    retried.
 //! 2. Polling: a future reaps the whole CQ (marking slots done and waking
 //!    their futures), then returns its result if its own slot is done, or
 //!    registers its waker in its slot and returns `Pending`.
@@ -39,7 +42,7 @@
 //! 4. Cancellation: a future dropped in flight leaves its slot `Abandoned`;
 //!    the slot keeps the buffer and the fd until its completion is reaped
 //!    by any later poll, submission or `in_flight_ops()`, then frees them.
-//!    Futures waiting for a slot are waiting parties too, so slots of
+//!    Futures queued for a slot are waiting parties too, so slots of
 //!    dropped futures are reaped even when nothing else runs.
 //! 5. Dropping the last handle to a ring with operations still in flight
 //!    cancels them (`IORING_OP_ASYNC_CANCEL`) and waits up to

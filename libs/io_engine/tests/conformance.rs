@@ -1,5 +1,6 @@
 //! One conformance suite, run against every real engine: std-fs and
-//! io-uring, each with and without direct IO. Every case is a function
+//! io-uring, each with and without direct IO, and io-uring with buffered
+//! writes forced through the ring (on ext4 it runs them inline). Every case is a function
 //! taking the variant; `suite!` instantiates it per variant (and per
 //! runtime flavor where it matters). Cases only io-uring has (FIFOs,
 //! cancellation while the kernel writes, backpressure, ring refusal) live
@@ -16,17 +17,20 @@ use std::path::Path;
 
 use cancel::dropped_futures_under_load;
 use futures::future::join_all;
-use io_engine::{AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, WriteAt};
+use io_engine::{
+    AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, UringBufferedWrites, WriteAt,
+};
 
 #[derive(Clone, Copy, Debug)]
 pub struct Variant {
     pub kind: IoEngineKind,
     pub direct: bool,
+    pub writes: UringBufferedWrites,
 }
 
 impl Variant {
     pub fn engine(self) -> IoEngine {
-        IoEngine::new(self.kind).expect("engine")
+        IoEngine::new(self.kind).expect("engine").with_uring_buffered_writes(self.writes)
     }
 
     pub fn mode(self, base: OpenMode) -> OpenMode {
@@ -39,10 +43,14 @@ impl Variant {
     }
 }
 
-pub const STD: Variant = Variant { kind: IoEngineKind::StdFs, direct: false };
-pub const URING: Variant = Variant { kind: IoEngineKind::IoUring, direct: false };
-pub const STD_DIRECT: Variant = Variant { kind: IoEngineKind::StdFs, direct: true };
-pub const URING_DIRECT: Variant = Variant { kind: IoEngineKind::IoUring, direct: true };
+const AUTO: UringBufferedWrites = UringBufferedWrites::Auto;
+pub const STD: Variant = Variant { kind: IoEngineKind::StdFs, direct: false, writes: AUTO };
+pub const URING: Variant = Variant { kind: IoEngineKind::IoUring, direct: false, writes: AUTO };
+pub const STD_DIRECT: Variant = Variant { kind: IoEngineKind::StdFs, direct: true, writes: AUTO };
+pub const URING_DIRECT: Variant =
+    Variant { kind: IoEngineKind::IoUring, direct: true, writes: AUTO };
+pub const URING_RING_WRITES: Variant =
+    Variant { kind: IoEngineKind::IoUring, direct: false, writes: UringBufferedWrites::Ring };
 
 /// Deterministic content: byte `i` of the pattern `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -76,12 +84,15 @@ macro_rules! suite {
         mod io_uring_direct {
             $( #[tokio::test] async fn $case() { super::$case(super::URING_DIRECT).await } )*
         }
+        mod io_uring_ring_writes {
+            $( #[tokio::test] async fn $case() { super::$case(super::URING_RING_WRITES).await } )*
+        }
         /// The same cases on a multi-thread runtime (their futures may move between threads).
         mod multi_thread {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    for v in [super::STD, super::URING, super::URING_DIRECT] {
+                    for v in [super::STD, super::URING, super::URING_DIRECT, super::URING_RING_WRITES] {
                         super::$case(v).await
                     }
                 }

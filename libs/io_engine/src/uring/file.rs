@@ -3,6 +3,15 @@
 //! through the ring, and batches submitted with one `io_uring_enter`.
 //!
 //! `open`, `len` and `set_len` are synchronous std calls, as in std-fs.
+//!
+//! Buffered writes go through the ring only on file systems that can do
+//! them without blocking (XFS and btrfs set `FOP_BUFFER_WASYNC`). Elsewhere
+//! (ext4, tmpfs, ...) io_uring hands every buffered write to an io-wq
+//! kernel thread, which then does the same blocking copy a `pwrite` does,
+//! plus two thread switches (measured on ext4: 10 µs instead of 1.5 µs
+//! for 8 bytes); there they run inline with `pwrite`, as std-fs does.
+//! Direct writes, reads and fsyncs always go through the ring. The policy
+//! can be forced either way ([`crate::UringBufferedWrites`]).
 
 use std::fs;
 use std::io;
@@ -12,7 +21,7 @@ use std::sync::Arc;
 use super::ring::{Kind, Request, Ring};
 use super::{BATCH_MAX_OPS, MAX_OP_BYTES};
 use crate::direct_io::{eof, short_read_hit_eof, write_zero};
-use crate::{std_fs, AlignedBuf, OpenMode};
+use crate::{std_fs, AlignedBuf, OpenMode, UringBufferedWrites};
 
 /// An open file: the descriptor is shared (`Arc`) with the slots of its
 /// operations in flight, so dropping the file while the kernel still uses
@@ -21,6 +30,8 @@ pub(crate) struct UringFile {
     file: Arc<fs::File>,
     ring: Arc<Ring>,
     direct: bool,
+    /// Writes go through the ring (else inline `pwrite`, see the module doc).
+    ring_writes: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,9 +52,25 @@ pub(crate) struct Transfer<'a> {
 pub(crate) type Outcome = (AlignedBuf, io::Result<()>);
 
 impl UringFile {
-    pub fn open(ring: &Arc<Ring>, path: &Path, mode: OpenMode) -> io::Result<UringFile> {
+    pub fn open(
+        ring: &Arc<Ring>,
+        path: &Path,
+        mode: OpenMode,
+        writes: UringBufferedWrites,
+    ) -> io::Result<UringFile> {
         let file = std_fs::open_file(path, mode)?;
-        Ok(UringFile { file: Arc::new(file), ring: ring.clone(), direct: mode.direct })
+        let ring_writes = mode.direct
+            || match writes {
+                UringBufferedWrites::Auto => buffered_writes_are_async(&file),
+                UringBufferedWrites::Ring => true,
+                UringBufferedWrites::Inline => false,
+            };
+        Ok(UringFile { file: Arc::new(file), ring: ring.clone(), direct: mode.direct, ring_writes })
+    }
+
+    /// Whether writes to this file go through the ring (see the module doc).
+    pub fn ring_writes(&self) -> bool {
+        self.ring_writes
     }
 
     pub async fn read_exact_at(&self, buf: AlignedBuf, offset: u64, len: usize) -> Outcome {
@@ -51,15 +78,18 @@ impl UringFile {
     }
 
     pub async fn write_all_at(&self, buf: AlignedBuf, offset: u64) -> Outcome {
+        if !self.ring_writes {
+            let res = std::os::unix::fs::FileExt::write_all_at(&*self.file, &buf, offset);
+            return (buf, res);
+        }
         let len = buf.len();
         self.transfer(Dir::Write, buf, offset, len, 0).await
     }
 
     pub async fn sync_all(&self) -> io::Result<()> {
         loop {
-            let permit = self.ring.reserve(1).await;
             let req = Request { file: self.file.clone(), buf: None, kind: Kind::Fsync };
-            match self.ring.start_one(req, permit).await.0 {
+            match self.ring.start_one(req).await.await.0 {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 res => return res.map(drop),
             }
@@ -84,9 +114,8 @@ impl UringFile {
         mut done: usize,
     ) -> Outcome {
         while done < len {
-            let permit = self.ring.reserve(1).await;
             let req = request(dir, &self.file, buf, offset, done, len);
-            let (res, returned) = self.ring.start_one(req, permit).await;
+            let (res, returned) = self.ring.start_one(req).await.await;
             buf = returned.expect("a transfer gets its buffer back");
             if let Some(end) = advance(dir, self.direct, res, &mut done, len) {
                 return (buf, end);
@@ -94,6 +123,18 @@ impl UringFile {
         }
         (buf, Ok(()))
     }
+}
+
+/// Whether the file system of `file` does buffered writes without
+/// blocking under io_uring (`FOP_BUFFER_WASYNC`: XFS and btrfs as of
+/// Linux 6.18). Unknown file systems answer no: their writes run inline.
+fn buffered_writes_are_async(file: &fs::File) -> bool {
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+    // SAFETY: fstatfs fills the zeroed struct we own; the fd is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstatfs(std::os::fd::AsRawFd::as_raw_fd(file), &mut st) };
+    rc == 0 && matches!(st.f_type as i64, XFS_SUPER_MAGIC | BTRFS_SUPER_MAGIC)
 }
 
 /// The next operation of a transfer: bytes `done..` (at most `MAX_OP_BYTES`).
@@ -144,7 +185,7 @@ fn advance(
 /// for slots its own finished operations hold). Short transfers go on one
 /// by one. Results are in the order of `items`. Every item has `len > 0`.
 pub(crate) async fn transfer_many(
-    ring: &Arc<Ring>,
+    ring: &Ring,
     dir: Dir,
     items: Vec<Transfer<'_>>,
 ) -> Vec<Outcome> {
@@ -157,8 +198,7 @@ pub(crate) async fn transfer_many(
     out
 }
 
-async fn run_batch(ring: &Arc<Ring>, dir: Dir, chunk: Vec<Transfer<'_>>, out: &mut Vec<Outcome>) {
-    let permit = ring.reserve(chunk.len()).await;
+async fn run_batch(ring: &Ring, dir: Dir, chunk: Vec<Transfer<'_>>, out: &mut Vec<Outcome>) {
     let mut rest = Vec::with_capacity(chunk.len());
     let mut reqs = Vec::with_capacity(chunk.len());
     for t in chunk {
@@ -166,7 +206,7 @@ async fn run_batch(ring: &Arc<Ring>, dir: Dir, chunk: Vec<Transfer<'_>>, out: &m
         reqs.push(request(dir, &t.file.file, t.buf, t.offset, 0, t.len));
         rest.push((t.file, t.offset, t.len));
     }
-    let ops = ring.start(reqs, permit);
+    let ops = ring.start(reqs).await;
     for (op, (file, offset, len)) in ops.into_iter().zip(rest) {
         let (res, buf) = op.await;
         let buf = buf.expect("a transfer gets its buffer back");

@@ -1,25 +1,23 @@
-//! The futures of the ring: `Op` (one pushed operation, resolving to its
-//! result and buffer) and `SlotWait` (waiting for slot permits). Both are
-//! parties of the reaping protocol in `state.rs`; their `Drop` keeps it
-//! (an in-flight `Op` leaves its slot abandoned, never freed).
+//! The futures of the ring: `Start` (takes slots, in FIFO order, pushes
+//! the SQEs and enters the kernel once) and `Op` (one pushed operation,
+//! resolving to its result and buffer). Both are parties of the reaping
+//! protocol in `state.rs`; their `Drop` keeps it (an in-flight `Op` leaves
+//! its slot abandoned, never freed; a queued `Start` leaves the queue).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::{AcquireError, OwnedSemaphorePermit};
-
-use super::ring::Ring;
+use super::ring::{Request, Ring};
 use super::slots::Held;
 use super::state::{Deferred, Polled};
 use crate::AlignedBuf;
 
 /// One pushed operation. Resolves to the kernel's result (bytes moved, or
 /// the errno as an error) and the buffer, if the operation had one.
-pub(super) struct Op {
-    ring: Arc<Ring>,
+pub(super) struct Op<'r> {
+    ring: &'r Ring,
     state: OpState,
 }
 
@@ -32,17 +30,17 @@ enum OpState {
 
 pub(super) type OpOutput = (io::Result<usize>, Option<AlignedBuf>);
 
-impl Op {
-    pub fn in_flight(ring: Arc<Ring>, slot: u32) -> Op {
+impl<'r> Op<'r> {
+    pub fn in_flight(ring: &'r Ring, slot: u32) -> Op<'r> {
         Op { ring, state: OpState::InFlight(slot) }
     }
 
-    pub fn failed(ring: Arc<Ring>, e: io::Error, buf: Option<AlignedBuf>) -> Op {
+    pub fn failed(ring: &'r Ring, e: io::Error, buf: Option<AlignedBuf>) -> Op<'r> {
         Op { ring, state: OpState::Failed(Some((e, buf))) }
     }
 }
 
-impl Future for Op {
+impl Future for Op<'_> {
     type Output = OpOutput;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OpOutput> {
@@ -55,14 +53,14 @@ impl Future for Op {
             }
             OpState::Finished => panic!("Op polled after completion"),
         };
-        let ring = &self.ring;
+        let ring = self.ring;
         let mut d = Deferred::default();
         let polled = ring.lock().poll_op(&ring.uring, &ring.eventfd, slot, cx.waker(), &mut d);
         d.run();
         match polled {
-            Polled::Ready((result, Held { buf, file, permit })) => {
+            Polled::Ready((result, Held { buf, file })) => {
                 self.state = OpState::Finished;
-                drop((file, permit));
+                drop(file);
                 let res = if result < 0 {
                     Err(io::Error::from_raw_os_error(-result))
                 } else {
@@ -72,7 +70,7 @@ impl Future for Op {
             }
             Polled::Pending => Poll::Pending,
             Polled::NoReactor => {
-                self.ring.block_for_completion();
+                ring.block_for_completion();
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }
@@ -80,7 +78,7 @@ impl Future for Op {
     }
 }
 
-impl Drop for Op {
+impl Drop for Op<'_> {
     fn drop(&mut self) {
         let OpState::InFlight(slot) = self.state else { return };
         let mut d = Deferred::default();
@@ -92,64 +90,77 @@ impl Drop for Op {
     }
 }
 
-type Acquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+/// What a `Start` pushes: one request (no allocation) or a batch.
+pub(super) enum Requests {
+    One(Request),
+    Many(Vec<Request>),
+}
 
-/// Waiting for slot permits while the ring is full. While it waits it is a
-/// party of the reaping protocol: it reaps, so slots of dropped operations
-/// are freed even if no other future polls the ring.
-pub(super) struct SlotWait {
-    ring: Arc<Ring>,
-    acquire: Acquire,
-    /// Its key among the ring's slot waiters, once it has waited.
+pub(super) enum Started<'r> {
+    One(Op<'r>),
+    Many(Vec<Op<'r>>),
+}
+
+/// Take slots for the requests (waiting, in FIFO order, while too few are
+/// free), push them, and enter the kernel once.
+pub(super) struct Start<'r> {
+    ring: &'r Ring,
+    reqs: Option<Requests>,
+    /// Its place in the ring's slot queue, once it had to wait.
     key: Option<u32>,
 }
 
-impl SlotWait {
-    pub fn new(ring: Arc<Ring>, acquire: Acquire) -> SlotWait {
-        SlotWait { ring, acquire, key: None }
+impl<'r> Start<'r> {
+    pub fn new(ring: &'r Ring, reqs: Requests) -> Start<'r> {
+        Start { ring, reqs: Some(reqs), key: None }
     }
+}
 
-    fn unregister(&mut self) {
+impl<'r> Future for Start<'r> {
+    type Output = Started<'r>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Started<'r>> {
+        let ring = self.ring;
+        let n = match self.reqs.as_ref().expect("polled after start") {
+            Requests::One(_) => 1,
+            Requests::Many(v) => v.len(),
+        };
+        let mut d = Deferred::default();
+        let mut st = ring.lock();
+        if !st.may_take(self.key, n) {
+            let polled = st.wait_for_slots(&ring.uring, &ring.eventfd, &mut self.key, n, cx.waker(), &mut d);
+            drop(st);
+            d.run();
+            if let Polled::NoReactor = polled {
+                ring.block_for_completion();
+                cx.waker().wake_by_ref();
+            }
+            return Poll::Pending;
+        }
+        let started = match self.reqs.take().expect("checked") {
+            Requests::One(req) => Started::One(ring.push_locked(&mut st, req, &mut d)),
+            Requests::Many(reqs) => {
+                Started::Many(reqs.into_iter().map(|r| ring.push_locked(&mut st, r, &mut d)).collect())
+            }
+        };
+        // After taking the slots: the next in line is woken only if enough remain.
+        if let Some(key) = self.key.take() {
+            st.leave_queue(&ring.uring, key, &mut d);
+        }
+        drop(st);
+        d.run();
+        ring.submit_logged();
+        Poll::Ready(started)
+    }
+}
+
+impl Drop for Start<'_> {
+    fn drop(&mut self) {
         let Some(key) = self.key.take() else { return };
         let mut d = Deferred::default();
         if let Ok(mut st) = self.ring.state_lock_for_drop() {
-            st.remove_slot_waiter(&self.ring.uring, key, &mut d);
+            st.leave_queue(&self.ring.uring, key, &mut d);
         }
         d.run();
-    }
-}
-
-impl Future for SlotWait {
-    type Output = OwnedSemaphorePermit;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<OwnedSemaphorePermit> {
-        if let Poll::Ready(permit) = self.acquire.as_mut().poll(cx) {
-            self.unregister();
-            return Poll::Ready(permit.expect("the slot semaphore is never closed"));
-        }
-        let this = &mut *self;
-        let ring = &this.ring;
-        let mut d = Deferred::default();
-        let polled = ring.lock().poll_slot_waiter(
-            &ring.uring,
-            &ring.eventfd,
-            &mut this.key,
-            cx.waker(),
-            &mut d,
-        );
-        // Reaping may free slots: their permits go to the semaphore here,
-        // which wakes this future if it is first in line.
-        d.run();
-        if let Polled::NoReactor = polled {
-            ring.block_for_completion();
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
-    }
-}
-
-impl Drop for SlotWait {
-    fn drop(&mut self) {
-        self.unregister();
     }
 }

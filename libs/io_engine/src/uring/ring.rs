@@ -1,5 +1,5 @@
-//! A ring: the io_uring instance, its eventfd, the bound on operations in
-//! flight (a semaphore with one permit per slot), and the state mutex.
+//! A ring: the io_uring instance, its eventfd, and the state mutex (whose
+//! slot table bounds the operations in flight).
 //!
 //! Pushing an SQE never enters the kernel by itself: `start` pushes a
 //! whole batch under one lock and then calls `io_uring_enter` once.
@@ -14,9 +14,8 @@ use std::time::Instant;
 
 use io_uring::types::{Fd, SubmitArgs, Timespec};
 use io_uring::{opcode, squeue, IoUring};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::op::{Op, SlotWait};
+use super::op::{Op, Requests, Start, Started};
 use super::slots::Held;
 use super::state::{Deferred, State};
 use super::{setup, CANCEL_USER_DATA, DROP_WAIT, MAX_IN_FLIGHT_OPS, MAX_OP_BYTES};
@@ -40,17 +39,13 @@ pub(super) enum Kind {
 pub(crate) struct Ring {
     pub(super) uring: IoUring,
     pub(super) eventfd: OwnedFd,
-    permits: Arc<Semaphore>,
     state: Mutex<State>,
     warned_blocking: AtomicBool,
 }
 
 impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ring")
-            .field("max_in_flight_ops", &MAX_IN_FLIGHT_OPS)
-            .field("free_permits", &self.permits.available_permits())
-            .finish_non_exhaustive()
+        f.debug_struct("Ring").field("max_in_flight_ops", &MAX_IN_FLIGHT_OPS).finish_non_exhaustive()
     }
 }
 
@@ -60,7 +55,6 @@ impl Ring {
         Ok(Ring {
             uring,
             eventfd,
-            permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT_OPS as usize)),
             state: Mutex::new(State::new(MAX_IN_FLIGHT_OPS)),
             warned_blocking: AtomicBool::new(false),
         })
@@ -89,75 +83,61 @@ impl Ring {
         n
     }
 
-    /// `n` slot permits (`n <= MAX_IN_FLIGHT_OPS`), waiting while the ring
-    /// is full; the waiting future reaps completions of dropped futures.
-    pub(super) async fn reserve(self: &Arc<Self>, n: usize) -> OwnedSemaphorePermit {
-        assert!(n > 0 && n <= MAX_IN_FLIGHT_OPS as usize, "reserve {n} slots");
-        let n32 = n as u32;
-        if let Ok(p) = self.permits.clone().try_acquire_many_owned(n32) {
-            return p;
+    /// Push one operation and submit it, once a slot is free.
+    pub(super) async fn start_one(&self, req: Request) -> Op<'_> {
+        let req = match self.try_start_one(req) {
+            Ok(op) => return op,
+            Err(req) => req,
+        };
+        match Start::new(self, Requests::One(req)).await {
+            Started::One(op) => op,
+            Started::Many(_) => unreachable!("one request"),
         }
-        SlotWait::new(self.clone(), Box::pin(self.permits.clone().acquire_many_owned(n32))).await
     }
 
-    /// Push one operation and submit it.
-    pub(super) fn start_one(self: &Arc<Self>, req: Request, permit: OwnedSemaphorePermit) -> Op {
+    /// The fast path of `start_one`: a slot is free and nobody is queued.
+    fn try_start_one(&self, req: Request) -> Result<Op<'_>, Request> {
         let mut d = Deferred::default();
-        let op = self.push_locked(&mut self.lock(), req, permit, &mut d);
-        d.run();
-        self.submit_logged();
-        op
-    }
-
-    /// Push all operations under one lock, then submit them with one
-    /// `io_uring_enter` (more only if the SQ fills up).
-    pub(super) fn start(self: &Arc<Self>, reqs: Vec<Request>, permit: OwnedSemaphorePermit) -> Vec<Op> {
-        assert_eq!(permit.num_permits(), reqs.len(), "one permit per operation");
-        let mut d = Deferred::default();
-        let mut ops = Vec::with_capacity(reqs.len());
-        let mut rest = Some(permit);
         let mut st = self.lock();
-        for req in reqs {
-            let mut all = rest.take().expect("a permit per request");
-            let one = if all.num_permits() == 1 {
-                all
-            } else {
-                let one = all.split(1).expect("more than one permit left");
-                rest = Some(all);
-                one
-            };
-            ops.push(self.push_locked(&mut st, req, one, &mut d));
+        if !st.may_take(None, 1) {
+            return Err(req);
         }
+        let op = self.push_locked(&mut st, req, &mut d);
         drop(st);
         d.run();
         self.submit_logged();
-        ops
+        Ok(op)
+    }
+
+    /// Push all operations under one lock once as many slots are free,
+    /// then submit them with one `io_uring_enter` (more only if the SQ
+    /// fills up). At most half the slots, so a batch never waits for a
+    /// full ring.
+    pub(super) async fn start(&self, reqs: Vec<Request>) -> Vec<Op<'_>> {
+        assert!(reqs.len() <= MAX_IN_FLIGHT_OPS as usize / 2, "batch of {}", reqs.len());
+        match Start::new(self, Requests::Many(reqs)).await {
+            Started::Many(ops) => ops,
+            Started::One(_) => unreachable!("a batch"),
+        }
     }
 
     /// Move the request into a slot and push its SQE (the caller holds the lock).
-    fn push_locked(
-        self: &Arc<Self>,
-        st: &mut State,
-        mut req: Request,
-        permit: OwnedSemaphorePermit,
-        d: &mut Deferred,
-    ) -> Op {
+    pub(super) fn push_locked(&self, st: &mut State, mut req: Request, d: &mut Deferred) -> Op<'_> {
         let entry = sqe(&mut req);
-        let held = Held { buf: req.buf, file: req.file, permit };
-        let i = st.slots.insert(held);
+        let i = st.slots.insert(Held { buf: req.buf, file: req.file });
         match push(&self.uring, &entry.user_data(u64::from(i))) {
-            Ok(()) => Op::in_flight(self.clone(), i),
+            Ok(()) => Op::in_flight(self, i),
             Err(e) => {
-                let Held { buf, file, permit } = st.slots.remove_unsubmitted(i);
-                d.garbage.push(Held { buf: None, file, permit });
-                Op::failed(self.clone(), e, buf)
+                let Held { buf, file } = st.slots.remove_unsubmitted(i);
+                d.garbage.push(Held { buf: None, file });
+                Op::failed(self, e, buf)
             }
         }
     }
 
     /// `io_uring_enter` for whatever is queued. An error leaves the entries
     /// queued: the next waiting future's flush submits them.
-    fn submit_logged(&self) {
+    pub(super) fn submit_logged(&self) {
         if let Err(e) = submit(&self.uring) {
             tracing::warn!("io-uring: io_uring_enter failed, will retry: {e}");
         }

@@ -10,9 +10,8 @@
 //! - `free` lists exactly the `Free` slots; a slot leaves `Free` only
 //!   through `insert` and comes back through `take_done` or `complete` of an
 //!   abandoned slot.
-//! - Each slot holds one permit of the ring's semaphore, so at most
-//!   `slots.len()` operations are in flight and `insert` always finds a
-//!   free slot.
+//! - At most `slots.len()` operations are in flight: a request takes a slot
+//!   only when one is free (`free_count`), else it waits (`state.rs`).
 //!
 //! Not thread-safe by itself: the ring keeps it under its state mutex.
 
@@ -21,7 +20,6 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use tokio::runtime;
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::AlignedBuf;
 
@@ -29,7 +27,6 @@ use crate::AlignedBuf;
 pub(super) struct Held {
     pub buf: Option<AlignedBuf>,
     pub file: Arc<fs::File>,
-    pub permit: OwnedSemaphorePermit,
 }
 
 /// A future waiting for its operation: its waker, and the runtime whose
@@ -76,6 +73,10 @@ impl Slots {
         self.slots.len()
     }
 
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
     /// Slots not `Free`: in flight, abandoned, or done and not yet taken.
     pub fn in_use(&self) -> usize {
         self.slots.len() - self.free.len()
@@ -95,7 +96,7 @@ impl Slots {
 
     /// Take a free slot for an operation about to be pushed.
     pub fn insert(&mut self, held: Held) -> u32 {
-        let i = self.free.pop().expect("a permit guarantees a free slot");
+        let i = self.free.pop().expect("callers check free_count");
         debug_assert!(matches!(self.slots[i as usize], Slot::Free));
         self.slots[i as usize] = Slot::InFlight { held, waiter: None };
         i

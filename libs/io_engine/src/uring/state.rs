@@ -1,12 +1,16 @@
-//! The state of a ring behind its mutex: the slot table, the futures
-//! waiting for a slot, the per-runtime eventfd registrations, and the
-//! protocol that makes whoever polls reap (see the module doc of `uring`).
+//! The state of a ring behind its mutex: the slot table, the queue of
+//! futures waiting for slots, the per-runtime eventfd registrations, and
+//! the protocol that makes whoever polls reap (see the module doc of
+//! `uring`).
 //!
 //! Invariants, true whenever the mutex is released:
 //! - every reaped completion has been applied to its slot (`reap` runs
 //!   before any decision);
+//! - slots are taken in FIFO order: a request takes slots directly only
+//!   when nobody is queued, else it queues (`may_take`); when the first in
+//!   line can have its slots it is woken (`wake_queue_front`);
 //! - `Reg::waiting` counts the waiting parties of that runtime: in-flight
-//!   slots with a waiter, and registered slot waiters;
+//!   slots with a waiter, and queued slot waiters registered with it;
 //! - (the poller invariant) a registration with waiting parties has a
 //!   `poller`: one of them, whose waker is registered with the
 //!   registration's `AsyncFd` by a `poll_read_ready` that returned
@@ -16,6 +20,7 @@
 //! Wakers are never called and resources never dropped under the mutex:
 //! they are collected in `Deferred` and released after it.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::task::{Context, Poll, Waker};
 
@@ -41,6 +46,14 @@ struct Reg {
     fd: AsyncFd<OwnedFd>,
     poller: Option<Party>,
     waiting: usize,
+}
+
+/// A future waiting for `needed` free slots. `rt` is set while it is a
+/// waiting party registered with that runtime's reactor.
+struct SlotWaiter {
+    waker: Waker,
+    needed: usize,
+    rt: Option<runtime::Id>,
 }
 
 /// Wakers to call and resources to drop once the state mutex is released.
@@ -69,8 +82,10 @@ pub(super) enum Polled<T> {
 
 pub(super) struct State {
     pub slots: Slots,
-    slot_waiters: Vec<Option<Waiter>>,
+    /// Slot waiters by key; `slot_queue` holds their keys in FIFO order.
+    slot_waiters: Vec<Option<SlotWaiter>>,
     free_waiter_keys: Vec<u32>,
+    slot_queue: VecDeque<u32>,
     regs: Vec<Reg>,
 }
 
@@ -80,6 +95,7 @@ impl State {
             slots: Slots::new(max_in_flight),
             slot_waiters: Vec::new(),
             free_waiter_keys: Vec::new(),
+            slot_queue: VecDeque::new(),
             regs: Vec::new(),
         }
     }
@@ -124,6 +140,7 @@ impl State {
                 break;
             }
         }
+        self.wake_queue_front(d);
         debug_assert!(self.consistent());
     }
 
@@ -172,7 +189,9 @@ impl State {
         });
         op.or_else(|| {
             self.slot_waiters.iter().enumerate().find_map(|(k, w)| match w {
-                Some(w) if w.rt == rt => Some((Party::SlotWaiter(k as u32), w.waker.clone())),
+                Some(w) if w.rt == Some(rt) => {
+                    Some((Party::SlotWaiter(k as u32), w.waker.clone()))
+                }
                 _ => None,
             })
         })
@@ -187,9 +206,10 @@ impl State {
                 }
             }
         }
-        for w in &mut self.slot_waiters {
-            if w.as_ref().is_some_and(|w| w.rt == rt) {
-                d.wakes.push(w.take().expect("checked").waker);
+        for w in self.slot_waiters.iter_mut().flatten() {
+            if w.rt == Some(rt) {
+                w.rt = None;
+                d.wakes.push(w.waker.clone());
             }
         }
     }
@@ -235,8 +255,8 @@ impl State {
         self.settle(uring, d);
         match self.slots.take_done(i) {
             Some(done) => {
-                self.set_op_waiter(i, None);
                 d.wakes.retain(|w| !w.will_wake(waker));
+                self.wake_queue_front(d);
                 Polled::Ready(done)
             }
             None if reactor => Polled::Pending,
@@ -253,22 +273,39 @@ impl State {
         self.settle(uring, d);
     }
 
-    /// A future waiting for a slot was polled and found none free: make it
-    /// a waiting party (so it reaps, which frees slots of dropped futures).
-    pub fn poll_slot_waiter(
+    /// Whether a request for `n` slots may take them now: nobody is queued
+    /// ahead of it (`key`: its place in the queue, if it queued) and `n`
+    /// slots are free.
+    pub fn may_take(&self, key: Option<u32>, n: usize) -> bool {
+        let first = match key {
+            None => self.slot_queue.is_empty(),
+            Some(k) => self.slot_queue.front() == Some(&k),
+        };
+        first && self.slots.free_count() >= n
+    }
+
+    /// A request for `n` slots could not take them: queue it (first call)
+    /// and make it a waiting party (so it reaps, which frees slots of
+    /// dropped futures even if nothing else polls the ring).
+    pub fn wait_for_slots(
         &mut self,
         uring: &IoUring,
         eventfd: &OwnedFd,
         key: &mut Option<u32>,
+        n: usize,
         waker: &Waker,
         d: &mut Deferred,
     ) -> Polled<()> {
-        let k = *key.get_or_insert_with(|| self.new_waiter_key());
-        self.set_slot_waiter(k, None);
+        let k = *key.get_or_insert_with(|| self.enqueue(n, waker));
+        self.set_slot_waiter_rt(k, None);
+        let w = self.slot_waiters[k as usize].as_mut().expect("queued");
+        if !w.waker.will_wake(waker) {
+            w.waker = waker.clone();
+        }
         let reactor = match self.current_reg(eventfd) {
             Some(rt) => {
                 self.flush(uring);
-                self.set_slot_waiter(k, Some(Waiter { waker: waker.clone(), rt }));
+                self.set_slot_waiter_rt(k, Some(rt));
                 true
             }
             None => false,
@@ -281,18 +318,34 @@ impl State {
         }
     }
 
-    /// A future that waited for a slot got one, or was dropped.
-    pub fn remove_slot_waiter(&mut self, uring: &IoUring, key: u32, d: &mut Deferred) {
-        self.set_slot_waiter(key, None);
+    fn enqueue(&mut self, n: usize, waker: &Waker) -> u32 {
+        let k = self.free_waiter_keys.pop().unwrap_or_else(|| {
+            self.slot_waiters.push(None);
+            (self.slot_waiters.len() - 1) as u32
+        });
+        self.slot_waiters[k as usize] = Some(SlotWaiter { waker: waker.clone(), needed: n, rt: None });
+        self.slot_queue.push_back(k);
+        k
+    }
+
+    /// A queued request took its slots, or was dropped: it leaves the
+    /// queue, and the next in line is woken if its slots are free.
+    pub fn leave_queue(&mut self, uring: &IoUring, key: u32, d: &mut Deferred) {
+        self.set_slot_waiter_rt(key, None);
+        self.slot_waiters[key as usize] = None;
         self.free_waiter_keys.push(key);
+        let pos = self.slot_queue.iter().position(|&k| k == key).expect("queued");
+        self.slot_queue.remove(pos);
         self.settle(uring, d);
     }
 
-    fn new_waiter_key(&mut self) -> u32 {
-        self.free_waiter_keys.pop().unwrap_or_else(|| {
-            self.slot_waiters.push(None);
-            (self.slot_waiters.len() - 1) as u32
-        })
+    /// Wake the first queued request if its slots are free.
+    fn wake_queue_front(&self, d: &mut Deferred) {
+        let Some(&k) = self.slot_queue.front() else { return };
+        let w = self.slot_waiters[k as usize].as_ref().expect("queued");
+        if self.slots.free_count() >= w.needed {
+            d.wakes.push(w.waker.clone());
+        }
     }
 
     fn set_op_waiter(&mut self, i: u32, new: Option<Waiter>) {
@@ -305,10 +358,10 @@ impl State {
         switch_waiting(&mut self.regs, Party::Op(i), old.map(|w| w.rt), new_rt);
     }
 
-    fn set_slot_waiter(&mut self, k: u32, new: Option<Waiter>) {
-        let new_rt = new.as_ref().map(|w| w.rt);
-        let old = std::mem::replace(&mut self.slot_waiters[k as usize], new);
-        switch_waiting(&mut self.regs, Party::SlotWaiter(k), old.map(|w| w.rt), new_rt);
+    fn set_slot_waiter_rt(&mut self, k: u32, new: Option<runtime::Id>) {
+        let w = self.slot_waiters[k as usize].as_mut().expect("queued");
+        let old = std::mem::replace(&mut w.rt, new);
+        switch_waiting(&mut self.regs, Party::SlotWaiter(k), old, new);
     }
 
     /// Check the counting and poller invariants (debug builds).
@@ -317,7 +370,7 @@ impl State {
             let ops = self.slots.iter().filter(|(_, s)| {
                 matches!(s, Slot::InFlight { waiter: Some(w), .. } if w.rt == reg.rt)
             });
-            let waiters = self.slot_waiters.iter().flatten().filter(|w| w.rt == reg.rt);
+            let waiters = self.slot_waiters.iter().flatten().filter(|w| w.rt == Some(reg.rt));
             let n = ops.count() + waiters.count();
             assert_eq!(n, reg.waiting, "waiting parties of a runtime");
             assert_eq!(reg.poller.is_some(), n > 0, "a poller exactly when parties wait");

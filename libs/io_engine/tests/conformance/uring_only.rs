@@ -15,7 +15,7 @@ use futures::future::join_all;
 use io_engine::{AlignedBuf, IoEngine, IoEngineKind, OpenMode, URING_MAX_IN_FLIGHT_OPS};
 
 use super::cancel::wait_for_no_ops_in_flight;
-use super::{pattern, read, write, URING};
+use super::{pattern, read, write, URING, URING_RING_WRITES};
 
 fn mkfifo(path: &Path) {
     let c = CString::new(path.as_os_str().as_bytes()).unwrap();
@@ -141,7 +141,7 @@ async fn operations_beyond_the_bound_wait_for_a_slot() {
 async fn a_waiting_operation_reaps_dropped_ones() {
     let max = URING_MAX_IN_FLIGHT_OPS as usize;
     let dir = tempfile::tempdir().unwrap();
-    let e = URING.engine();
+    let e = URING_RING_WRITES.engine();
     let (p, fifo) = open_fifo(&e, dir.path(), "fifo").await;
     for _ in 0..max {
         let mut fut = pin!(fifo.read_exact_at(AlignedBuf::for_read(4096), 0, 1));
