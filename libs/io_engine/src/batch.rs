@@ -6,9 +6,10 @@
 //! order of the requests. With the io-uring engine, the operations on its
 //! files are pushed together and submitted with one `io_uring_enter` (in
 //! chunks, see `uring/file.rs`) and run concurrently: overlapping writes
-//! in one batch leave either one's bytes. std-fs and the simulated engine
-//! run them one after another, and so does io-uring for buffered writes on
-//! file systems where it runs them inline (see `uring/file.rs`).
+//! in one batch leave either one's bytes. By default reads the page cache
+//! serves are done inline first, and only the rest is submitted; buffered
+//! writes io-uring runs inline (`uring/inline.rs`) run one after another,
+//! as every operation does with std-fs and the simulated engine.
 
 use std::io;
 

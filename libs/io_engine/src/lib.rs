@@ -15,11 +15,11 @@
 //!   calling thread (page-cache hits cost ~1 µs; no thread hop as in tokio::fs).
 //! - `io-uring`: reads, writes and fsyncs through an io_uring whose
 //!   completions are driven from tokio's reactor through an eventfd
-//!   (`uring.rs`, which states its concurrency contract). Buffered writes
-//!   on file systems where io_uring would punt them to a kernel thread
-//!   (ext4) run inline instead ([`UringBufferedWrites`]). Creating it
-//!   fails with a plain error when the kernel refuses io_uring; there is
-//!   no silent fallback.
+//!   (`uring.rs`, which states its concurrency contract). Page-cache hits
+//!   and buffered writes io_uring would punt to a kernel thread (ext4)
+//!   skip the ring by default ([`UringInline`]). Creating it fails with a
+//!   plain error when the kernel refuses io_uring; there is no silent
+//!   fallback.
 //! - simulated (`sim` feature, tests only, [`IoEngine::simulated`]): an
 //!   in-memory file system that drops or tears unsynced data on a simulated
 //!   crash (`sim.rs`).
@@ -95,18 +95,19 @@ impl std::str::FromStr for IoEngineKind {
     }
 }
 
-/// Where the io-uring engine runs buffered (not direct) writes.
+/// Whether the io-uring engine may skip the ring where that is cheaper
+/// and blocks no more than io_uring would (`uring/inline.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum UringBufferedWrites {
-    /// Through the ring on file systems that do them without blocking (XFS,
-    /// btrfs); inline `pwrite` elsewhere (ext4, ...), where io_uring would
-    /// hand each one to a kernel worker thread (see `uring/file.rs`).
+pub enum UringInline {
+    /// Reads of regular files first try a non-blocking `preadv2(RWF_NOWAIT)`
+    /// (io_uring's own first attempt) and use the ring only when that would
+    /// block; buffered writes run inline with `pwrite` on file systems where
+    /// io_uring would hand them to a kernel worker thread (ext4, tmpfs).
+    /// Direct IO and fsync always use the ring.
     #[default]
     Auto,
-    /// Always through the ring.
-    Ring,
-    /// Always inline on the calling thread, as std-fs.
-    Inline,
+    /// Every read, write and fsync goes through the ring.
+    Never,
 }
 
 /// Default bound on files open through one engine (layer files stay open
@@ -164,7 +165,7 @@ pub struct IoEngine {
     open_files: Arc<OpenFiles>,
     /// The ring of the io-uring engine.
     ring: Option<Arc<uring::Ring>>,
-    uring_writes: UringBufferedWrites,
+    uring_inline: UringInline,
     /// Set for the simulated engine: every operation goes there instead.
     #[cfg(feature = "sim")]
     sim: Option<Arc<sim::SimFs>>,
@@ -237,7 +238,7 @@ impl IoEngine {
             kind,
             open_files,
             ring,
-            uring_writes: UringBufferedWrites::Auto,
+            uring_inline: UringInline::Auto,
             #[cfg(feature = "sim")]
             sim: None,
         })
@@ -251,10 +252,10 @@ impl IoEngine {
         e
     }
 
-    /// Set where the io-uring engine runs buffered writes of files opened
-    /// from now on (no effect on other engines).
-    pub fn with_uring_buffered_writes(mut self, policy: UringBufferedWrites) -> Self {
-        self.uring_writes = policy;
+    /// Set whether the io-uring engine may skip the ring, for files
+    /// opened from now on (no effect on other engines).
+    pub fn with_uring_inline(mut self, policy: UringInline) -> Self {
+        self.uring_inline = policy;
         self
     }
 
@@ -297,7 +298,7 @@ impl IoEngine {
         let inner = dispatch!(self, |fs| FileInner::Sim(fs.open(path, mode)?), {
             match &self.ring {
                 Some(ring) => {
-                    FileInner::Uring(uring::UringFile::open(ring, path, mode, self.uring_writes)?)
+                    FileInner::Uring(uring::UringFile::open(ring, path, mode, self.uring_inline)?)
                 }
                 None => FileInner::Std(std_fs::StdFile::open(path, mode)?),
             }

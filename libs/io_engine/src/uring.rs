@@ -5,15 +5,18 @@
 //! short transfers: a short read before EOF continues, EOF before `len` is
 //! `UnexpectedEof` as with std-fs), `sync_all` (`IORING_OP_FSYNC`), and the
 //! batch API. What stays synchronous std calls on the calling thread, as in
-//! std-fs: `open`, `len`, `set_len`, the namespace operations, and buffered
-//! writes on file systems where io_uring would hand them to a kernel worker
-//! thread (ext4; see `file.rs` and `UringBufferedWrites`).
+//! std-fs: `open`, `len`, `set_len` and the namespace operations. By
+//! default (`UringInline::Auto`, see `inline.rs`) reads that the page cache
+//! serves without blocking, and buffered writes on file systems where
+//! io_uring would hand them to a kernel worker thread (ext4), run inline
+//! too: the same work io_uring would do, without its overhead.
 //!
 //! Structure: `setup.rs` creates the ring and words the kernel's refusals;
 //! `slots.rs` is the slot table (who owns what while the kernel works);
 //! `state.rs` is the state behind the mutex and the reaping protocol;
 //! `ring.rs` pushes and submits SQEs and bounds the operations in flight;
-//! `op.rs` holds the futures; `file.rs` the transfer loops and batches.
+//! `op.rs` holds the futures; `file.rs` the transfer loops and batches;
+//! `inline.rs` the paths that skip the ring.
 //!
 //! # Concurrency contract
 //!
@@ -62,6 +65,7 @@
 //! as their runtime.
 
 mod file;
+mod inline;
 mod op;
 mod ring;
 mod setup;

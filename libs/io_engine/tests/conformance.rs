@@ -1,6 +1,7 @@
 //! One conformance suite, run against every real engine: std-fs and
-//! io-uring, each with and without direct IO, and io-uring with buffered
-//! writes forced through the ring (on ext4 it runs them inline). Every case is a function
+//! io-uring, each with and without direct IO, and io-uring with every
+//! operation forced through the ring (by default it serves page-cache hits
+//! and, on ext4, buffered writes inline). Every case is a function
 //! taking the variant; `suite!` instantiates it per variant (and per
 //! runtime flavor where it matters). Cases only io-uring has (FIFOs,
 //! cancellation while the kernel writes, backpressure, ring refusal) live
@@ -18,19 +19,19 @@ use std::path::Path;
 use cancel::dropped_futures_under_load;
 use futures::future::join_all;
 use io_engine::{
-    AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, UringBufferedWrites, WriteAt,
+    AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, UringInline, WriteAt,
 };
 
 #[derive(Clone, Copy, Debug)]
 pub struct Variant {
     pub kind: IoEngineKind,
     pub direct: bool,
-    pub writes: UringBufferedWrites,
+    pub inline: UringInline,
 }
 
 impl Variant {
     pub fn engine(self) -> IoEngine {
-        IoEngine::new(self.kind).expect("engine").with_uring_buffered_writes(self.writes)
+        IoEngine::new(self.kind).expect("engine").with_uring_inline(self.inline)
     }
 
     pub fn mode(self, base: OpenMode) -> OpenMode {
@@ -43,14 +44,14 @@ impl Variant {
     }
 }
 
-const AUTO: UringBufferedWrites = UringBufferedWrites::Auto;
-pub const STD: Variant = Variant { kind: IoEngineKind::StdFs, direct: false, writes: AUTO };
-pub const URING: Variant = Variant { kind: IoEngineKind::IoUring, direct: false, writes: AUTO };
-pub const STD_DIRECT: Variant = Variant { kind: IoEngineKind::StdFs, direct: true, writes: AUTO };
+const AUTO: UringInline = UringInline::Auto;
+pub const STD: Variant = Variant { kind: IoEngineKind::StdFs, direct: false, inline: AUTO };
+pub const URING: Variant = Variant { kind: IoEngineKind::IoUring, direct: false, inline: AUTO };
+pub const STD_DIRECT: Variant = Variant { kind: IoEngineKind::StdFs, direct: true, inline: AUTO };
 pub const URING_DIRECT: Variant =
-    Variant { kind: IoEngineKind::IoUring, direct: true, writes: AUTO };
-pub const URING_RING_WRITES: Variant =
-    Variant { kind: IoEngineKind::IoUring, direct: false, writes: UringBufferedWrites::Ring };
+    Variant { kind: IoEngineKind::IoUring, direct: true, inline: AUTO };
+pub const URING_RING_ONLY: Variant =
+    Variant { kind: IoEngineKind::IoUring, direct: false, inline: UringInline::Never };
 
 /// Deterministic content: byte `i` of the pattern `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -84,15 +85,15 @@ macro_rules! suite {
         mod io_uring_direct {
             $( #[tokio::test] async fn $case() { super::$case(super::URING_DIRECT).await } )*
         }
-        mod io_uring_ring_writes {
-            $( #[tokio::test] async fn $case() { super::$case(super::URING_RING_WRITES).await } )*
+        mod io_uring_ring_only {
+            $( #[tokio::test] async fn $case() { super::$case(super::URING_RING_ONLY).await } )*
         }
         /// The same cases on a multi-thread runtime (their futures may move between threads).
         mod multi_thread {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    for v in [super::STD, super::URING, super::URING_DIRECT, super::URING_RING_WRITES] {
+                    for v in [super::STD, super::URING, super::URING_DIRECT, super::URING_RING_ONLY] {
                         super::$case(v).await
                     }
                 }
@@ -329,7 +330,7 @@ fn engine_kind_spellings() {
 #[test]
 fn one_engine_many_runtimes() {
     let dir = tempfile::tempdir().unwrap();
-    let e = URING.engine();
+    let e = URING_RING_ONLY.engine();
     for round in 0..3u64 {
         let rt = if round % 2 == 0 {
             tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use io_engine::{AlignedBuf, IoEngine, IoEngineKind, OpenMode, ReadAt, WriteAt};
+use io_engine::{AlignedBuf, IoEngine, IoEngineKind, OpenMode, ReadAt, UringInline, WriteAt};
 use utils::failpoint::{configure, Action};
 
 async fn expect_failure<T>(
@@ -25,14 +25,17 @@ async fn expect_failure<T>(
 
 #[tokio::test]
 async fn every_operation_fails_at_its_failpoint() {
-    for kind in [IoEngineKind::StdFs, IoEngineKind::IoUring] {
-        every_operation_fails_with(kind).await;
+    for (kind, inline) in [
+        (IoEngineKind::StdFs, UringInline::Auto),
+        (IoEngineKind::IoUring, UringInline::Auto),
+        (IoEngineKind::IoUring, UringInline::Never),
+    ] {
+        every_operation_fails_with(IoEngine::new(kind).unwrap().with_uring_inline(inline)).await;
     }
 }
 
-async fn every_operation_fails_with(kind: IoEngineKind) {
+async fn every_operation_fails_with(e: IoEngine) {
     let dir = tempfile::tempdir().unwrap();
-    let e = IoEngine::new(kind).unwrap();
     let f_path = dir.path().join("f");
     let sub = dir.path().join("sub");
 

@@ -15,7 +15,7 @@ use futures::future::join_all;
 use io_engine::{AlignedBuf, IoEngine, IoEngineKind, OpenMode, URING_MAX_IN_FLIGHT_OPS};
 
 use super::cancel::wait_for_no_ops_in_flight;
-use super::{pattern, read, write, URING, URING_RING_WRITES};
+use super::{pattern, read, write, URING, URING_RING_ONLY};
 
 fn mkfifo(path: &Path) {
     let c = CString::new(path.as_os_str().as_bytes()).unwrap();
@@ -141,7 +141,7 @@ async fn operations_beyond_the_bound_wait_for_a_slot() {
 async fn a_waiting_operation_reaps_dropped_ones() {
     let max = URING_MAX_IN_FLIGHT_OPS as usize;
     let dir = tempfile::tempdir().unwrap();
-    let e = URING_RING_WRITES.engine();
+    let e = URING_RING_ONLY.engine();
     let (p, fifo) = open_fifo(&e, dir.path(), "fifo").await;
     for _ in 0..max {
         let mut fut = pin!(fifo.read_exact_at(AlignedBuf::for_read(4096), 0, 1));
@@ -162,6 +162,43 @@ async fn a_waiting_operation_reaps_dropped_ones() {
     assert_eq!(got, b"after");
     writer.join().unwrap();
     wait_for_no_ops_in_flight(&e).await;
+}
+
+/// Reads of pages not in the page cache (evicted with `POSIX_FADV_DONTNEED`)
+/// cannot be served inline: they go through the ring, whole or for the
+/// part the inline attempt could not serve.
+#[tokio::test]
+async fn page_cache_misses_go_through_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = URING.engine();
+    let p = dir.path().join("f");
+    let len = 1 << 20;
+    let data = pattern(9, len);
+    let f = e.open(&p, OpenMode::CREATE_NEW).await.unwrap();
+    write(&f, &data, 0).await;
+    f.sync_all().await.unwrap();
+    let std_file = std::fs::File::open(&p).unwrap();
+    let evict = |offset: usize, n: usize| {
+        use std::os::fd::AsRawFd;
+        // SAFETY: an advice call on an open descriptor; no memory involved.
+        let rc = unsafe {
+            libc::posix_fadvise(std_file.as_raw_fd(), offset as i64, n as i64, libc::POSIX_FADV_DONTNEED)
+        };
+        assert_eq!(rc, 0);
+    };
+    evict(0, len);
+    assert!(read(&f, 0, len).await.unwrap() == data, "all of it evicted");
+    evict(len / 2, len / 2);
+    assert!(read(&f, 0, len).await.unwrap() == data, "the second half evicted");
+    evict(0, len);
+    let reads = (0..64)
+        .map(|k| io_engine::ReadAt { file: &f, buf: AlignedBuf::for_read(16384), offset: k * 16384, len: 16384 })
+        .collect();
+    for (k, (buf, r)) in e.read_exact_at_many(reads).await.into_iter().enumerate() {
+        r.unwrap();
+        assert!(buf[..] == data[k * 16384..(k + 1) * 16384], "block {k}");
+    }
+    assert_eq!(e.in_flight_ops(), 0);
 }
 
 /// Polled outside any runtime, a waiting future blocks in the kernel.
