@@ -18,6 +18,7 @@
 use std::io::SeekFrom;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,13 @@ fn offset(i: u64, size: usize) -> u64 {
     (i * size as u64) % (FILE_BYTES - size as u64)
 }
 
+/// Operation numbers `first..first + n` for the next `n` operations of a
+/// case, so every case walks the whole file across its samples.
+fn next_ops(counter: &AtomicU64, n: u64) -> std::ops::Range<u64> {
+    let first = counter.fetch_add(n, Ordering::Relaxed);
+    first..first + n
+}
+
 fn bench_ops(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data");
@@ -70,7 +78,7 @@ fn bench_ops(c: &mut Criterion) {
 
 /// A file of `FILE_BYTES`, written and read once so it is in the page cache.
 fn prepare_file(path: &Path) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap();
     let chunk = vec![0x5a; 1 << 20];
     for k in 0..FILE_BYTES / chunk.len() as u64 {
         f.write_all_at(&chunk, k * chunk.len() as u64).unwrap();
@@ -98,13 +106,15 @@ fn bench_std(g: &mut BenchmarkGroup<'_, WallTime>, path: &Path, op: Op, size: us
 }
 
 fn bench_tokio_fs(g: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, path: &Path, op: Op, size: usize) {
+    let counter = AtomicU64::new(0);
+    let counter = &counter;
     g.bench_function("tokio_fs", |b| {
         b.to_async(rt).iter_custom(|iters| async move {
             let opts = tokio::fs::OpenOptions::new().read(true).write(true).open(path).await;
             let mut f = opts.unwrap();
             let mut buf = vec![0x22; size];
             let start = Instant::now();
-            for i in 0..iters {
+            for i in next_ops(counter, iters) {
                 f.seek(SeekFrom::Start(offset(i, size))).await.unwrap();
                 match op {
                     Op::Read => {
@@ -158,13 +168,15 @@ fn bench_engine(
     let (_e, f) = rt.block_on(open(engine, path));
     let name =
         if engine == Engine::StdFs { "engine_std_fs".into() } else { engine.name("engine_io_uring") };
+    let counter = AtomicU64::new(0);
+    let counter = &counter;
     g.bench_function(name, |b| {
         b.to_async(rt).iter_custom(|iters| {
             let f = f.clone();
             async move {
                 let mut buf = AlignedBuf::from_slice(&vec![0x33; size]);
                 let start = Instant::now();
-                for i in 0..iters {
+                for i in next_ops(counter, iters) {
                     let (b, r) = match op {
                         Op::Read => f.read_exact_at(buf, offset(i, size), size).await,
                         Op::Write => f.write_all_at(buf, offset(i, size)).await,
@@ -188,6 +200,8 @@ fn bench_batch(
     size: usize,
 ) {
     let (e, f) = rt.block_on(open(engine, path));
+    let counter = AtomicU64::new(0);
+    let counter = &counter;
     g.bench_function(engine.name("io_uring_batch32"), |b| {
         b.to_async(rt).iter_custom(|iters| {
             let (e, f) = (e.clone(), f.clone());
@@ -195,7 +209,7 @@ fn bench_batch(
                 let mut bufs: Vec<AlignedBuf> =
                     (0..BATCH).map(|_| AlignedBuf::from_slice(&vec![0x44; size])).collect();
                 let start = Instant::now();
-                for i in 0..iters {
+                for i in next_ops(counter, iters) {
                     let first = i * BATCH as u64;
                     let at = |k: usize| offset(first + k as u64, size);
                     let results = match op {

@@ -20,7 +20,8 @@ use crate::BUF_ALIGN;
 
 /// Alignment of offsets, lengths and buffer addresses under direct IO.
 pub const DIRECT_IO_ALIGN: usize = BUF_ALIGN;
-const _: () = assert!(DIRECT_IO_ALIGN % 512 == 0 && BUF_ALIGN % DIRECT_IO_ALIGN == 0);
+const _: () =
+    assert!(DIRECT_IO_ALIGN.is_multiple_of(512) && BUF_ALIGN.is_multiple_of(DIRECT_IO_ALIGN));
 
 /// Check one direct IO request (`op` is "read" or "write").
 pub(crate) fn check_aligned(

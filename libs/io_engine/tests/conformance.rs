@@ -40,7 +40,7 @@ impl Variant {
 
     /// Sizes and offsets this variant can transfer (direct IO: aligned only).
     pub fn fits(self, offset: u64, len: usize) -> bool {
-        !self.direct || (offset % 4096 == 0 && len % 4096 == 0)
+        !self.direct || (offset.is_multiple_of(4096) && len.is_multiple_of(4096))
     }
 }
 

@@ -54,9 +54,8 @@ pub async fn dropped_futures_under_load(v: Variant) {
     // Even blocks are written (once each), odd blocks read (never written).
     let mut entries = Vec::new();
     let mut writes = Vec::new();
-    for f in 0..FILES {
+    for (f, file) in files.iter().enumerate() {
         for b in 0..BLOCKS {
-            let file = &files[f];
             let offset = (b * BLOCK) as u64;
             let fut: Task<'_> = if b % 2 == 0 {
                 writes.push((f, b, entries.len()));
@@ -72,9 +71,9 @@ pub async fn dropped_futures_under_load(v: Variant) {
     }
     drive(&mut entries).await;
     wait_for_no_ops_in_flight(&e).await;
-    for f in 0..FILES {
+    for (f, file) in files.iter().enumerate() {
         for b in 0..BLOCKS {
-            let got = read(&files[f], (b * BLOCK) as u64, BLOCK).await.unwrap();
+            let got = read(file, (b * BLOCK) as u64, BLOCK).await.unwrap();
             let finished_write = writes.iter().any(|&(wf, wb, k)| (wf, wb) == (f, b) && entries[k].finished);
             let ok = if finished_write { got == new(f, b) } else { got == old(f, b) || got == new(f, b) };
             assert!(ok, "{v:?} seed {seed}: file {f} block {b}");
