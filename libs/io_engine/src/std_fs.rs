@@ -1,45 +1,72 @@
 //! The `std-fs` engine: blocking positional syscalls on the calling thread.
+//! Batches (`IoEngine::read_exact_at_many`) run one operation after another.
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
+use crate::direct_io::{eof, short_read_hit_eof};
 use crate::OpenMode;
 
-pub(crate) struct StdFile(fs::File);
+pub(crate) struct StdFile {
+    file: fs::File,
+    direct: bool,
+}
+
+/// Open `path` as `mode` says (both real engines open files this way).
+pub(crate) fn open_file(path: &Path, mode: OpenMode) -> io::Result<fs::File> {
+    OpenOptions::new()
+        .read(true)
+        .write(mode.write)
+        .create(mode.create && !mode.create_new)
+        .create_new(mode.create_new)
+        .truncate(mode.truncate)
+        .custom_flags(if mode.direct { libc::O_DIRECT } else { 0 })
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))
+}
 
 impl StdFile {
     pub fn open(path: &Path, mode: OpenMode) -> io::Result<StdFile> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(mode.write)
-            .create(mode.create && !mode.create_new)
-            .create_new(mode.create_new)
-            .truncate(mode.truncate)
-            .open(path)
-            .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))?;
-        Ok(StdFile(f))
+        Ok(StdFile { file: open_file(path, mode)?, direct: mode.direct })
     }
 
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.0.read_exact_at(buf, offset)
+        if !self.direct {
+            return self.file.read_exact_at(buf, offset);
+        }
+        // std's loop would go on from an unaligned position after a short
+        // direct read at EOF (EINVAL): stop there instead.
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => return Err(eof()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            if short_read_hit_eof(true, done, buf.len()) {
+                return Err(eof());
+            }
+        }
+        Ok(())
     }
 
     pub fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.0.write_all_at(buf, offset)
+        self.file.write_all_at(buf, offset)
     }
 
     pub fn sync_all(&self) -> io::Result<()> {
-        self.0.sync_all()
+        self.file.sync_all()
     }
 
     pub fn len(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
+        Ok(self.file.metadata()?.len())
     }
 
     pub fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
+        self.file.set_len(len)
     }
 }
 

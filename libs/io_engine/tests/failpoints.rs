@@ -1,11 +1,11 @@
 //! Every file operation of the engine has a failpoint `io::<op>::err`; with
 //! `return` the operation fails with an error naming the failpoint and the
-//! path, and nothing else is affected. One test (failpoints are
-//! process-wide), sequential.
+//! path, and nothing else is affected, whatever the engine. One test
+//! (failpoints are process-wide), sequential, once per engine.
 
 use std::path::Path;
 
-use io_engine::{AlignedBuf, IoEngine, IoEngineKind, OpenMode};
+use io_engine::{AlignedBuf, IoEngine, IoEngineKind, OpenMode, ReadAt, UringInline, WriteAt};
 use utils::failpoint::{configure, Action};
 
 async fn expect_failure<T>(
@@ -25,8 +25,17 @@ async fn expect_failure<T>(
 
 #[tokio::test]
 async fn every_operation_fails_at_its_failpoint() {
+    for (kind, inline) in [
+        (IoEngineKind::StdFs, UringInline::Auto),
+        (IoEngineKind::IoUring, UringInline::Auto),
+        (IoEngineKind::IoUring, UringInline::Never),
+    ] {
+        every_operation_fails_with(IoEngine::new(kind).unwrap().with_uring_inline(inline)).await;
+    }
+}
+
+async fn every_operation_fails_with(e: IoEngine) {
     let dir = tempfile::tempdir().unwrap();
-    let e = IoEngine::new(IoEngineKind::StdFs).unwrap();
     let f_path = dir.path().join("f");
     let sub = dir.path().join("sub");
 
@@ -42,6 +51,16 @@ async fn every_operation_fails_at_its_failpoint() {
     expect_failure("io::read::err", &f_path, async {
         let (_, r) = f.read_exact_at(AlignedBuf::with_capacity(4), 0, 4).await;
         r
+    })
+    .await;
+    expect_failure("io::read::err", &f_path, async {
+        let reads = vec![ReadAt { file: &f, buf: AlignedBuf::with_capacity(4), offset: 0, len: 4 }];
+        e.read_exact_at_many(reads).await.pop().unwrap().1
+    })
+    .await;
+    expect_failure("io::write::err", &f_path, async {
+        let writes = vec![WriteAt { file: &f, buf: AlignedBuf::from_slice(b"x"), offset: 0 }];
+        e.write_all_at_many(writes).await.pop().unwrap().1
     })
     .await;
     expect_failure("io::fsync::err", &f_path, f.sync_all()).await;

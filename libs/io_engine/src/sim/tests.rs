@@ -156,3 +156,43 @@ async fn namespace_operations_and_listing() {
     e.remove_dir_all(&p("/t/a")).await.unwrap();
     assert!(e.read_dir(&p("/t")).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn batches_run_in_order_with_single_operation_results() {
+    use crate::{ReadAt, WriteAt};
+    let e = IoEngine::simulated(SimFs::new(3));
+    let f = e.open(&p("/f"), OpenMode::CREATE_NEW).await.unwrap();
+    let writes = vec![
+        WriteAt { file: &f, buf: AlignedBuf::from_slice(b"hello"), offset: 0 },
+        WriteAt { file: &f, buf: AlignedBuf::from_slice(b"world"), offset: 5 },
+    ];
+    assert!(e.write_all_at_many(writes).await.iter().all(|(_, r)| r.is_ok()));
+    let reads = vec![
+        ReadAt { file: &f, buf: AlignedBuf::for_read(5), offset: 5, len: 5 },
+        ReadAt { file: &f, buf: AlignedBuf::for_read(5), offset: 8, len: 5 },
+        ReadAt { file: &f, buf: AlignedBuf::for_read(5), offset: 0, len: 5 },
+    ];
+    let res = e.read_exact_at_many(reads).await;
+    assert_eq!(&res[0].0[..], b"world");
+    assert_eq!(res[1].1.as_ref().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    assert_eq!(&res[2].0[..], b"hello");
+    assert_eq!(e.in_flight_ops(), 0);
+}
+
+#[tokio::test]
+async fn direct_io_alignment_is_checked_like_the_real_engines() {
+    let e = IoEngine::simulated(SimFs::new(4));
+    let mode = OpenMode::CREATE_NEW.with_direct(true);
+    let f = e.open(&p("/f"), mode).await.unwrap();
+    let (_, r) = f.write_all_at(AlignedBuf::from_slice(&[1; 4096]), 0).await;
+    r.unwrap();
+    let (_, r) = f.write_all_at(AlignedBuf::from_slice(&[1; 100]), 0).await;
+    let err = r.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("100 bytes at offset 0 of /f"), "{err}");
+    let (_, r) = f.read_exact_at(AlignedBuf::for_read(4096), 512, 4096).await;
+    assert_eq!(r.unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    let (buf, r) = f.read_exact_at(AlignedBuf::for_read(4096), 0, 4096).await;
+    r.unwrap();
+    assert!(buf.iter().all(|&b| b == 1));
+}

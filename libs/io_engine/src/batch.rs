@@ -1,0 +1,112 @@
+//! Batched reads and writes: many positional operations, possibly on many
+//! files, issued together.
+//!
+//! Every operation passes the same checks as a single one (its failpoint,
+//! direct IO alignment) and gets the same result; results come back in the
+//! order of the requests. With the io-uring engine, the operations on its
+//! files are pushed together and submitted with one `io_uring_enter` (in
+//! chunks, see `uring/file.rs`) and run concurrently: overlapping writes
+//! in one batch leave either one's bytes. By default reads the page cache
+//! serves are done inline first, and only the rest is submitted; buffered
+//! writes io-uring runs inline (`uring/inline.rs`) run one after another,
+//! as every operation does with std-fs and the simulated engine.
+
+use std::io;
+
+use crate::uring::{self, Dir, Transfer};
+use crate::{named, AlignedBuf, File, FileInner, IoEngine};
+
+/// One read of a batch: `len` bytes at `offset` of `file` into `buf`
+/// (`len` must fit its capacity), as [`File::read_exact_at`].
+pub struct ReadAt<'a> {
+    pub file: &'a File,
+    pub buf: AlignedBuf,
+    pub offset: u64,
+    pub len: usize,
+}
+
+/// One write of a batch: all of `buf` at `offset` of `file`, as
+/// [`File::write_all_at`].
+pub struct WriteAt<'a> {
+    pub file: &'a File,
+    pub buf: AlignedBuf,
+    pub offset: u64,
+}
+
+type Outcome = (AlignedBuf, io::Result<()>);
+
+impl IoEngine {
+    /// Run `reads` as one batch; the result of each, in order, is what
+    /// `read_exact_at` would have returned.
+    pub async fn read_exact_at_many(&self, reads: Vec<ReadAt<'_>>) -> Vec<Outcome> {
+        let mut results: Vec<Option<Outcome>> = Vec::with_capacity(reads.len());
+        let mut on_ring = Vec::new();
+        let mut transfers = Vec::new();
+        for (i, r) in reads.into_iter().enumerate() {
+            results.push(None);
+            let ReadAt { file, mut buf, offset, len } = r;
+            if let Err(e) = file.check_read(&buf, offset, len) {
+                buf.set_len(0);
+                results[i] = Some((buf, Err(e)));
+                continue;
+            }
+            match (&self.ring, &file.inner) {
+                (Some(_), FileInner::Uring(f)) if len > 0 => {
+                    on_ring.push((i, file, len));
+                    transfers.push(Transfer { file: f, buf, offset, len });
+                }
+                _ => {
+                    let (buf, res) = file.read_checked(buf, offset, len).await;
+                    results[i] = Some(file.finish_read(buf, len, res));
+                }
+            }
+        }
+        let done = self.run_on_ring(Dir::Read, transfers).await;
+        for ((i, file, len), (buf, res)) in on_ring.into_iter().zip(done) {
+            results[i] = Some(file.finish_read(buf, len, res));
+        }
+        results.into_iter().map(|r| r.expect("every read has a result")).collect()
+    }
+
+    /// Run `writes` as one batch; the result of each, in order, is what
+    /// `write_all_at` would have returned.
+    pub async fn write_all_at_many(&self, writes: Vec<WriteAt<'_>>) -> Vec<Outcome> {
+        let mut results: Vec<Option<Outcome>> = Vec::with_capacity(writes.len());
+        let mut on_ring = Vec::new();
+        let mut transfers = Vec::new();
+        for (i, w) in writes.into_iter().enumerate() {
+            results.push(None);
+            let WriteAt { file, buf, offset } = w;
+            if let Err(e) = file.check_write(&buf, offset) {
+                results[i] = Some((buf, Err(e)));
+                continue;
+            }
+            match (&self.ring, &file.inner) {
+                (Some(_), FileInner::Uring(f)) if !buf.is_empty() && f.ring_writes() => {
+                    on_ring.push((i, file));
+                    let len = buf.len();
+                    transfers.push(Transfer { file: f, buf, offset, len });
+                }
+                _ => {
+                    let (buf, res) = file.write_checked(buf, offset).await;
+                    results[i] = Some((buf, res.map_err(named("write", &file.path))));
+                }
+            }
+        }
+        let done = self.run_on_ring(Dir::Write, transfers).await;
+        for ((i, file), (buf, res)) in on_ring.into_iter().zip(done) {
+            results[i] = Some((buf, res.map_err(named("write", &file.path))));
+        }
+        results.into_iter().map(|r| r.expect("every write has a result")).collect()
+    }
+
+    async fn run_on_ring(&self, dir: Dir, transfers: Vec<Transfer<'_>>) -> Vec<Outcome> {
+        match &self.ring {
+            Some(ring) if !transfers.is_empty() => uring::transfer_many(ring, dir, transfers).await,
+            _ => {
+                assert!(transfers.is_empty(), "ring transfers without a ring");
+                Vec::new()
+            }
+        }
+    }
+}

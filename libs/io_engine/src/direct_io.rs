@@ -1,0 +1,87 @@
+//! Direct IO (`O_DIRECT`, asked for with [`crate::OpenMode::with_direct`]).
+//!
+//! Rules, the same for every engine (the simulated one checks them too,
+//! so tests catch misaligned callers):
+//! - the offset, the length and the buffer address of every read and
+//!   write are multiples of `DIRECT_IO_ALIGN` (4096, which satisfies
+//!   devices with 512-byte and 4 KiB logical blocks). A misaligned request
+//!   fails with `InvalidInput` naming the offset, the length and the file,
+//!   before it reaches the kernel; reads never read past `len`, so `len`
+//!   itself must be aligned;
+//! - the page cache is bypassed, so a file's tail beyond its last aligned
+//!   block can only be read as part of an aligned read that reaches EOF:
+//!   such a read returns short, and `read_exact_at` reports
+//!   `UnexpectedEof` as for any read past EOF.
+
+use std::io;
+use std::path::Path;
+
+use crate::BUF_ALIGN;
+
+/// Alignment of offsets, lengths and buffer addresses under direct IO.
+pub const DIRECT_IO_ALIGN: usize = BUF_ALIGN;
+const _: () =
+    assert!(DIRECT_IO_ALIGN.is_multiple_of(512) && BUF_ALIGN.is_multiple_of(DIRECT_IO_ALIGN));
+
+/// Check one direct IO request (`op` is "read" or "write").
+pub(crate) fn check_aligned(
+    op: &str,
+    path: &Path,
+    offset: u64,
+    len: usize,
+    buf_addr: usize,
+) -> io::Result<()> {
+    let align = DIRECT_IO_ALIGN;
+    if offset.is_multiple_of(align as u64)
+        && len.is_multiple_of(align)
+        && buf_addr.is_multiple_of(align)
+    {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{op} of {len} bytes at offset {offset} of {} (opened for direct IO): offset, \
+             length and buffer address must be multiples of {align}",
+            path.display()
+        ),
+    ))
+}
+
+/// After a short read left `done` of `len` bytes read: whether the file
+/// ended (a direct read cannot go on from an unaligned position; it
+/// stopped there because the file ends there).
+pub(crate) fn short_read_hit_eof(direct: bool, done: usize, len: usize) -> bool {
+    direct && done < len && !done.is_multiple_of(DIRECT_IO_ALIGN)
+}
+
+/// The error of a read that reaches EOF before `len` (as std's `read_exact_at`).
+pub(crate) fn eof() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "failed to fill whole buffer")
+}
+
+/// The error of a write the kernel accepted no bytes of (as std's `write_all_at`).
+pub(crate) fn write_zero() -> io::Error {
+    io::Error::new(io::ErrorKind::WriteZero, "failed to write whole buffer")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alignment_rules() {
+        let p = Path::new("/d/f");
+        assert!(check_aligned("read", p, 8192, 4096, 4096).is_ok());
+        for (offset, len, addr) in [(512, 4096, 0), (0, 100, 0), (0, 4096, 8)] {
+            let e = check_aligned("read", p, offset, len, addr).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("{len} bytes at offset {offset}")), "{msg}");
+            assert!(msg.contains("/d/f") && msg.contains("4096"), "{msg}");
+        }
+        assert!(short_read_hit_eof(true, 100, 4096));
+        assert!(!short_read_hit_eof(true, 4096, 8192));
+        assert!(!short_read_hit_eof(false, 100, 4096));
+    }
+}
