@@ -51,7 +51,9 @@ pub struct StorageConf {
 }
 
 impl StorageConf {
-    /// Defaults for tests and benches, rooted at `workdir`.
+    /// Defaults for tests and benches, rooted at `workdir`. The IO engine
+    /// is std-fs, or the one `PAGESERVER_IO_ENGINE` names (run-tests.sh
+    /// runs the suites on both).
     pub fn for_tests(workdir: &Path) -> StorageConf {
         StorageConf {
             workdir: workdir.to_path_buf(),
@@ -60,7 +62,7 @@ impl StorageConf {
             wait_lsn_timeout: Duration::from_secs(10),
             max_get_vectored_keys: 32,
             in_memory_layers_budget: 1024 * 1024 * 1024,
-            io_engine: io_engine::IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap(),
+            io_engine: io_engine::IoEngine::new(test_io_engine_kind()).unwrap(),
         }
     }
 
@@ -468,5 +470,13 @@ impl Drop for UninitializedTimeline {
             self.tenant.conf.io_engine.remove_from_drop(tl.dir());
         }
         self.tenant.creating.lock().unwrap().remove(&self.id);
+    }
+}
+
+/// The engine tests run on: `PAGESERVER_IO_ENGINE` or std-fs.
+fn test_io_engine_kind() -> io_engine::IoEngineKind {
+    match std::env::var("PAGESERVER_IO_ENGINE") {
+        Ok(name) => name.parse().unwrap_or_else(|e| panic!("PAGESERVER_IO_ENGINE: {e}")),
+        Err(_) => io_engine::IoEngineKind::StdFs,
     }
 }
