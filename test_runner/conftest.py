@@ -172,6 +172,13 @@ def pgbench_backup(port_distributor) -> BaseBackup:
 
 
 @pytest.fixture(scope="session")
+def pgbench_s100_backup(port_distributor) -> BaseBackup:
+    """Base backup of `pgbench -i -s 100` (1.5 GB): bigger than caches a
+    benchmark can keep warm across a cache drop."""
+    return _cached_backup(port_distributor, "pgbench_s100", lambda pg: pg.pgbench_init(100))
+
+
+@pytest.fixture(scope="session")
 def small_backup(port_distributor) -> BaseBackup:
     """Base backup of a fresh cluster with one small table, an index and a
     second database: quick to import, still every kind of file."""
