@@ -6,6 +6,13 @@
 //! 512-byte-aligned range; ranges are sorted and merged when they overlap or
 //! touch, up to `MAX_CHUNK` bytes, so a chunk shared by several values (or by
 //! the same key at several LSNs) is read exactly once.
+//!
+//! Chunk reads run concurrently (with the io-uring engine, all in flight at
+//! once), bounded three ways: at most `MAX_CHUNK_READS_PER_GET` per get
+//! (more chunks go in waves), and permits of the timeline's and the process's read semaphores
+//! ([`ReadLimits`]), taken once per get for as many reads as it runs at a
+//! time. Permits are taken timeline first, then process: one order, so
+//! gets cannot deadlock on them.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -22,6 +29,28 @@ use super::value::Value;
 use super::PageReconstructError;
 
 pub const CHUNK_ALIGN: u64 = 512;
+/// Chunk reads one vectored get keeps in flight at most.
+pub const MAX_CHUNK_READS_PER_GET: usize = 64;
+/// Chunk reads in flight per timeline, and in the whole process.
+pub const TIMELINE_CHUNK_READS: usize = 256;
+pub const PROCESS_CHUNK_READS: usize = 512;
+// A get's permits always fit both semaphores (else it would wait forever).
+const _: () = assert!(
+    MAX_CHUNK_READS_PER_GET <= TIMELINE_CHUNK_READS && TIMELINE_CHUNK_READS <= PROCESS_CHUNK_READS
+);
+
+/// The read semaphores a vectored get draws on (see the module comment).
+#[derive(Clone, Copy)]
+pub struct ReadLimits<'a> {
+    pub timeline: &'a tokio::sync::Semaphore,
+    pub process: &'a tokio::sync::Semaphore,
+}
+
+/// The process-wide read semaphore (`PROCESS_CHUNK_READS` permits).
+pub fn process_read_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PROCESS_CHUNK_READS);
+    &SLOTS
+}
 pub const MAX_CHUNK: u64 = 128 * 1024;
 const _: () =
     assert!(CHUNK_ALIGN.is_power_of_two() && io_engine::BUF_ALIGN as u64 % CHUNK_ALIGN == 0);
@@ -74,6 +103,7 @@ pub struct ReadStats {
 pub async fn read(
     layers: &[ReadableLayer],
     queries: &[(Key, Lsn)],
+    limits: ReadLimits<'_>,
 ) -> (Vec<Result<Bytes, PageReconstructError>>, ReadStats) {
     // Deduplicate: the same (key, lsn) is planned and reconstructed once.
     let mut uniq: Vec<Query> = Vec::with_capacity(queries.len());
@@ -141,12 +171,7 @@ pub async fn read(
             }
         }
     });
-    // Chunks become shared `Bytes` so page images are slices of them (no copy).
-    let bufs: Vec<Result<Bytes, Arc<std::io::Error>>> = futures::future::join_all(reads)
-        .await
-        .into_iter()
-        .map(|r| r.map(Bytes::from_owner).map_err(Arc::new))
-        .collect();
+    let bufs = read_bounded(reads.collect(), limits).await;
 
     // Reconstruct each unique query from the chunk bytes.
     let results: Vec<Result<Bytes, PageReconstructError>> = uniq
@@ -190,9 +215,57 @@ pub async fn read(
     (slot_of.into_iter().map(|s| results[s].clone()).collect(), stats)
 }
 
+/// Run `reads`, in waves of as many as the limits allow; the results in
+/// order. Chunks become shared `Bytes` so page images are slices of them
+/// (no copy).
+async fn read_bounded<F>(reads: Vec<F>, limits: ReadLimits<'_>) -> Vec<Result<Bytes, Arc<std::io::Error>>>
+where
+    F: std::future::Future<Output = std::io::Result<io_engine::AlignedBuf>>,
+{
+    if reads.is_empty() {
+        return Vec::new();
+    }
+    let at_once = reads.len().min(MAX_CHUNK_READS_PER_GET);
+    // Semaphores are never closed: acquire cannot fail.
+    let _timeline = limits.timeline.acquire_many(at_once as u32).await.expect("never closed");
+    let _process = limits.process.acquire_many(at_once as u32).await.expect("never closed");
+    let mut out = Vec::with_capacity(reads.len());
+    let mut reads = reads.into_iter().peekable();
+    while reads.peek().is_some() {
+        let wave: Vec<F> = reads.by_ref().take(at_once).collect();
+        let done = futures::future::join_all(wave).await;
+        out.extend(done.into_iter().map(|r| r.map(Bytes::from_owner).map_err(Arc::new)));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn chunk_reads_run_in_bounded_waves_in_order() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let (now, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let timeline = tokio::sync::Semaphore::new(TIMELINE_CHUNK_READS);
+        let limits = ReadLimits { timeline: &timeline, process: process_read_slots() };
+        let reads: Vec<_> = (0..150u8)
+            .map(|i| {
+                let (now, peak) = (&now, &peak);
+                async move {
+                    peak.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
+                    tokio::task::yield_now().await;
+                    now.fetch_sub(1, SeqCst);
+                    Ok(io_engine::AlignedBuf::from_slice(&[i]))
+                }
+            })
+            .collect();
+        let out = read_bounded(reads, limits).await;
+        let firsts: Vec<u8> = out.iter().map(|r| r.as_ref().unwrap()[0]).collect();
+        assert_eq!(firsts, (0..150).collect::<Vec<u8>>());
+        assert_eq!(peak.load(SeqCst), MAX_CHUNK_READS_PER_GET);
+        assert_eq!(timeline.available_permits(), TIMELINE_CHUNK_READS, "permits come back");
+    }
 
     #[test]
     fn coalesce_aligns_merges_and_bounds() {

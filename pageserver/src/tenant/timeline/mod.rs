@@ -92,6 +92,8 @@ pub struct Timeline {
     pending_advance: Mutex<Option<Lsn>>,
     ephemeral_seq: AtomicU64,
     tasks: TaskTracker,
+    /// Chunk reads of this timeline in flight (`vectored_read::ReadLimits`).
+    read_slots: tokio::sync::Semaphore,
     /// Rate limit of corruption ERROR lines, per layer file.
     corruption_log: PerKeyLogLimit,
     /// The primary this timeline follows, if any (`wal_source.json`).
@@ -151,6 +153,7 @@ impl Timeline {
             pending_advance: Mutex::new(None),
             ephemeral_seq: AtomicU64::new(0),
             tasks: TaskTracker::new(),
+            read_slots: tokio::sync::Semaphore::new(super::vectored_read::TIMELINE_CHUNK_READS),
             corruption_log: PerKeyLogLimit::default(),
             min_readable_lsn: AtomicU64::new(readable_from(md.initial_lsn, &wal_source).0),
             wal_source: Mutex::new(wal_source),

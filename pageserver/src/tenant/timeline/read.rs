@@ -47,7 +47,11 @@ impl Timeline {
             return Err(GetVectoredError::Cancelled);
         }
         let layers = self.layers.read().unwrap().newest_first();
-        let (results, stats) = vectored_read::read(&layers, queries).await;
+        let limits = vectored_read::ReadLimits {
+            timeline: &self.read_slots,
+            process: vectored_read::process_read_slots(),
+        };
+        let (results, stats) = vectored_read::read(&layers, queries, limits).await;
         metrics::record_vectored_read(
             kind as usize,
             kind.label(),
