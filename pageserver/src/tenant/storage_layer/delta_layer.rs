@@ -294,7 +294,7 @@ impl DeltaLayer {
     pub async fn read_chunk(&self, offset: u64, len: usize) -> io::Result<AlignedBuf> {
         let (buf, res) =
             self.file.read_exact_at(AlignedBuf::for_read(len), HEADER_SIZE + offset, len).await;
-        res.map_err(|e| io::Error::new(e.kind(), format!("read {}: {e}", self.path.display())))?;
+        res?; // the engine's error names the operation and the file
         Ok(buf)
     }
 }

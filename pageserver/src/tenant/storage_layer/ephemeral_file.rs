@@ -117,7 +117,7 @@ impl EphemeralFile {
         };
         let len = owned.len() as u64;
         let (mut buf, res) = self.file.write_all_at(owned, offset).await;
-        res.map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", self.path.display())))?;
+        res?; // the engine's error names the operation and the file
         let mut st = self.state.write().unwrap();
         st.flushed_len += len;
         st.pending = None;
