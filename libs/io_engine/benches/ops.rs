@@ -22,11 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use criterion::measurement::WallTime;
-use io_engine::{
-    AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, UringInline, WriteAt,
-};
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use io_engine::{AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, UringInline, WriteAt};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
@@ -78,7 +76,13 @@ fn bench_ops(c: &mut Criterion) {
 
 /// A file of `FILE_BYTES`, written and read once so it is in the page cache.
 fn prepare_file(path: &Path) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
     let chunk = vec![0x5a; 1 << 20];
     for k in 0..FILE_BYTES / chunk.len() as u64 {
         f.write_all_at(&chunk, k * chunk.len() as u64).unwrap();
@@ -105,7 +109,13 @@ fn bench_std(g: &mut BenchmarkGroup<'_, WallTime>, path: &Path, op: Op, size: us
     });
 }
 
-fn bench_tokio_fs(g: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, path: &Path, op: Op, size: usize) {
+fn bench_tokio_fs(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    path: &Path,
+    op: Op,
+    size: usize,
+) {
     let counter = AtomicU64::new(0);
     let counter = &counter;
     g.bench_function("tokio_fs", |b| {
@@ -166,8 +176,11 @@ fn bench_engine(
     size: usize,
 ) {
     let (_e, f) = rt.block_on(open(engine, path));
-    let name =
-        if engine == Engine::StdFs { "engine_std_fs".into() } else { engine.name("engine_io_uring") };
+    let name = if engine == Engine::StdFs {
+        "engine_std_fs".into()
+    } else {
+        engine.name("engine_io_uring")
+    };
     let counter = AtomicU64::new(0);
     let counter = &counter;
     g.bench_function(name, |b| {
@@ -223,10 +236,11 @@ fn bench_batch(
                             e.read_exact_at_many(reads.collect()).await
                         }
                         Op::Write => {
-                            let writes = bufs
-                                .drain(..)
-                                .enumerate()
-                                .map(|(k, buf)| WriteAt { file: &f, buf, offset: at(k) });
+                            let writes = bufs.drain(..).enumerate().map(|(k, buf)| WriteAt {
+                                file: &f,
+                                buf,
+                                offset: at(k),
+                            });
                             e.write_all_at_many(writes.collect()).await
                         }
                     };

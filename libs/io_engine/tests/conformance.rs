@@ -18,9 +18,7 @@ use std::path::Path;
 
 use cancel::dropped_futures_under_load;
 use futures::future::join_all;
-use io_engine::{
-    AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, UringInline, WriteAt,
-};
+use io_engine::{AlignedBuf, File, IoEngine, IoEngineKind, OpenMode, ReadAt, UringInline, WriteAt};
 
 #[derive(Clone, Copy, Debug)]
 pub struct Variant {
@@ -157,10 +155,16 @@ async fn eof_is_unexpected_eof(v: Variant) {
         match (read(&f, offset, n).await, want) {
             (Ok(got), Some(want)) => assert_eq!(got, want, "{v:?} {n} at {offset}"),
             (Err(err), None) => {
-                assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{v:?} {n} at {offset}: {err}");
+                assert_eq!(
+                    err.kind(),
+                    io::ErrorKind::UnexpectedEof,
+                    "{v:?} {n} at {offset}: {err}"
+                );
                 assert!(err.to_string().contains("/f"), "{err}");
             }
-            (got, want) => panic!("{v:?} {n} at {offset}: got {:?}, want {want:?}", got.map(|g| g.len())),
+            (got, want) => {
+                panic!("{v:?} {n} at {offset}: got {:?}, want {want:?}", got.map(|g| g.len()))
+            }
         }
     }
     // Zero bytes at (or past) EOF is fine.
@@ -265,7 +269,11 @@ async fn batch_results_in_order(v: Variant) {
     // Writes to distinct blocks, then read back in one batch.
     let c = e.open(&dir.path().join("c"), v.mode(OpenMode::CREATE_NEW)).await.unwrap();
     let writes = (0..40u64)
-        .map(|k| WriteAt { file: &c, buf: AlignedBuf::from_slice(&pattern(k, 4096)), offset: k * 4096 })
+        .map(|k| WriteAt {
+            file: &c,
+            buf: AlignedBuf::from_slice(&pattern(k, 4096)),
+            offset: k * 4096,
+        })
         .collect();
     for (k, (buf, r)) in e.write_all_at_many(writes).await.into_iter().enumerate() {
         r.unwrap_or_else(|err| panic!("write {k}: {err}"));
@@ -335,7 +343,11 @@ fn one_engine_many_runtimes() {
         let rt = if round % 2 == 0 {
             tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
         } else {
-            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
         };
         rt.block_on(async {
             let p = dir.path().join(format!("f{round}"));

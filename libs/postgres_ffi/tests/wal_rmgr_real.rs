@@ -14,11 +14,11 @@
 //! and run with `--ignored --nocapture`.
 
 use bytes::Bytes;
+use postgres_ffi::wal::image::BlockImage;
 use postgres_ffi::wal::rmgr::{
     classify, rmgr_name, ClogRecord, DatabaseRecord, MultiXactRecord, NativeRecord, StorageRecord,
     XactRecord, XlogRecord,
 };
-use postgres_ffi::wal::image::BlockImage;
 use postgres_ffi::wal::{BlockTag, DecodedBlock, DecodedWalRecord};
 use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;

@@ -66,7 +66,9 @@ pub fn reconstruct(
 fn materialize(key: Key, lsn: Lsn, img: &WalImage) -> Result<Bytes, PageReconstructError> {
     let corrupt = |what: String| PageReconstructError::Corrupt(format!("key {key}: {what}"));
     if !key.is_rel_block() {
-        return Err(corrupt(format!("a WAL page image at {lsn} on a key that is no relation block")));
+        return Err(corrupt(format!(
+            "a WAL page image at {lsn} on a key that is no relation block"
+        )));
     }
     img.materialize(key.field6, lsn)
         .map_err(|e| corrupt(format!("the WAL page image at {lsn} does not restore: {e}")))

@@ -218,7 +218,10 @@ pub async fn read(
 /// Run `reads`, in waves of as many as the limits allow; the results in
 /// order. Chunks become shared `Bytes` so page images are slices of them
 /// (no copy).
-async fn read_bounded<F>(reads: Vec<F>, limits: ReadLimits<'_>) -> Vec<Result<Bytes, Arc<std::io::Error>>>
+async fn read_bounded<F>(
+    reads: Vec<F>,
+    limits: ReadLimits<'_>,
+) -> Vec<Result<Bytes, Arc<std::io::Error>>>
 where
     F: std::future::Future<Output = std::io::Result<io_engine::AlignedBuf>>,
 {

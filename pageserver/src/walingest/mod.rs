@@ -34,7 +34,6 @@ use crate::tenant::value::{Record, Value};
 use crate::tenant::wal_image::WalImage;
 use crate::tenant::{ReadKind, Timeline};
 
-
 /// What the receiver should know about an ingested record.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Ingested {

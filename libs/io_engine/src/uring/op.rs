@@ -128,7 +128,8 @@ impl<'r> Future for Start<'r> {
         let mut d = Deferred::default();
         let mut st = ring.lock();
         if !st.may_take(self.key, n) {
-            let polled = st.wait_for_slots(&ring.uring, &ring.eventfd, &mut self.key, n, cx.waker(), &mut d);
+            let polled =
+                st.wait_for_slots(&ring.uring, &ring.eventfd, &mut self.key, n, cx.waker(), &mut d);
             drop(st);
             d.run();
             if let Polled::NoReactor = polled {
@@ -139,9 +140,9 @@ impl<'r> Future for Start<'r> {
         }
         let started = match self.reqs.take().expect("checked") {
             Requests::One(req) => Started::One(ring.push_locked(&mut st, req, &mut d)),
-            Requests::Many(reqs) => {
-                Started::Many(reqs.into_iter().map(|r| ring.push_locked(&mut st, r, &mut d)).collect())
-            }
+            Requests::Many(reqs) => Started::Many(
+                reqs.into_iter().map(|r| ring.push_locked(&mut st, r, &mut d)).collect(),
+            ),
         };
         // After taking the slots: the next in line is woken only if enough remain.
         if let Some(key) = self.key.take() {

@@ -30,9 +30,15 @@ pub(super) struct Request {
 
 pub(super) enum Kind {
     /// Read into `buf[range]` (of its capacity) from `offset`.
-    Read { offset: u64, range: Range<usize> },
+    Read {
+        offset: u64,
+        range: Range<usize>,
+    },
     /// Write `buf[range]` (of its length) at `offset`.
-    Write { offset: u64, range: Range<usize> },
+    Write {
+        offset: u64,
+        range: Range<usize>,
+    },
     Fsync,
 }
 
@@ -45,7 +51,9 @@ pub(crate) struct Ring {
 
 impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ring").field("max_in_flight_ops", &MAX_IN_FLIGHT_OPS).finish_non_exhaustive()
+        f.debug_struct("Ring")
+            .field("max_in_flight_ops", &MAX_IN_FLIGHT_OPS)
+            .finish_non_exhaustive()
     }
 }
 
@@ -147,7 +155,9 @@ impl Ring {
     /// a future polled outside a tokio runtime with IO enabled.
     pub(super) fn block_for_completion(&self) {
         if !self.warned_blocking.swap(true, Ordering::Relaxed) {
-            tracing::warn!("io-uring engine polled outside a tokio runtime with IO: blocking waits");
+            tracing::warn!(
+                "io-uring engine polled outside a tokio runtime with IO: blocking waits"
+            );
         }
         let ts = Timespec::new().nsec(1_000_000);
         // ETIME (timeout) and EINTR are expected; the caller polls again.
@@ -219,7 +229,9 @@ impl Drop for Ring {
         }
         let left = st.slots.in_use();
         if left > 0 {
-            tracing::warn!("io-uring: {left} operations still in flight at drop: leaking their buffers");
+            tracing::warn!(
+                "io-uring: {left} operations still in flight at drop: leaking their buffers"
+            );
             std::mem::forget(st.drain());
         }
         d.run();

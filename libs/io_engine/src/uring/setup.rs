@@ -36,7 +36,10 @@ pub(super) fn create() -> io::Result<(IoUring, OwnedFd)> {
 /// The opcodes the engine uses exist (reads and writes need Linux 5.6).
 fn check_opcodes(uring: &IoUring) -> io::Result<()> {
     let mut probe = Probe::new();
-    uring.submitter().register_probe(&mut probe).map_err(|e| refused("IORING_REGISTER_PROBE", e))?;
+    uring
+        .submitter()
+        .register_probe(&mut probe)
+        .map_err(|e| refused("IORING_REGISTER_PROBE", e))?;
     let needed = [
         ("IORING_OP_READ", opcode::Read::CODE),
         ("IORING_OP_WRITE", opcode::Write::CODE),
@@ -78,8 +81,8 @@ pub(super) fn refused(call: &str, e: io::Error) -> io::Error {
             .to_string(),
         libc::EPERM => format!(
             "io_uring is not permitted for this process ({})",
-            disabled_sysctl().unwrap_or_else(|| "kernel.io_uring_disabled, or a seccomp filter"
-                .to_string())
+            disabled_sysctl()
+                .unwrap_or_else(|| "kernel.io_uring_disabled, or a seccomp filter".to_string())
         ),
         libc::ENOMEM => "not enough locked memory for the ring (RLIMIT_MEMLOCK, `ulimit -l`, on \
                          kernels before 5.12)"

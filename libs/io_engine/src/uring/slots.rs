@@ -40,11 +40,19 @@ pub(super) enum Slot {
     Free,
     /// Pushed to the SQ; the kernel may be using `held`. `waiter` is set
     /// while the future waits for the completion (it is a waiting party).
-    InFlight { held: Held, waiter: Option<Waiter> },
+    InFlight {
+        held: Held,
+        waiter: Option<Waiter>,
+    },
     /// The future was dropped: the slot is freed when the completion is reaped.
-    Abandoned { held: Held },
+    Abandoned {
+        held: Held,
+    },
     /// The completion is reaped; the future takes the result.
-    Done { held: Held, result: i32 },
+    Done {
+        held: Held,
+        result: i32,
+    },
 }
 
 /// What reaping a completion did to its slot.
@@ -163,9 +171,9 @@ impl Slots {
         for i in 0..self.slots.len() as u32 {
             match self.replace(i, Slot::Free) {
                 Slot::Free => continue,
-                Slot::InFlight { held, .. } | Slot::Abandoned { held } | Slot::Done { held, .. } => {
-                    out.push(held)
-                }
+                Slot::InFlight { held, .. }
+                | Slot::Abandoned { held }
+                | Slot::Done { held, .. } => out.push(held),
             }
             self.free.push(i);
         }

@@ -189,9 +189,7 @@ impl State {
         });
         op.or_else(|| {
             self.slot_waiters.iter().enumerate().find_map(|(k, w)| match w {
-                Some(w) if w.rt == Some(rt) => {
-                    Some((Party::SlotWaiter(k as u32), w.waker.clone()))
-                }
+                Some(w) if w.rt == Some(rt) => Some((Party::SlotWaiter(k as u32), w.waker.clone())),
                 _ => None,
             })
         })
@@ -323,7 +321,8 @@ impl State {
             self.slot_waiters.push(None);
             (self.slot_waiters.len() - 1) as u32
         });
-        self.slot_waiters[k as usize] = Some(SlotWaiter { waker: waker.clone(), needed: n, rt: None });
+        self.slot_waiters[k as usize] =
+            Some(SlotWaiter { waker: waker.clone(), needed: n, rt: None });
         self.slot_queue.push_back(k);
         k
     }
@@ -367,9 +366,9 @@ impl State {
     /// Check the counting and poller invariants (debug builds).
     fn consistent(&self) -> bool {
         for reg in &self.regs {
-            let ops = self.slots.iter().filter(|(_, s)| {
-                matches!(s, Slot::InFlight { waiter: Some(w), .. } if w.rt == reg.rt)
-            });
+            let ops = self.slots.iter().filter(
+                |(_, s)| matches!(s, Slot::InFlight { waiter: Some(w), .. } if w.rt == reg.rt),
+            );
             let waiters = self.slot_waiters.iter().flatten().filter(|w| w.rt == Some(reg.rt));
             let n = ops.count() + waiters.count();
             assert_eq!(n, reg.waiting, "waiting parties of a runtime");

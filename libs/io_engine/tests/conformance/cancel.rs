@@ -74,8 +74,13 @@ pub async fn dropped_futures_under_load(v: Variant) {
     for (f, file) in files.iter().enumerate() {
         for b in 0..BLOCKS {
             let got = read(file, (b * BLOCK) as u64, BLOCK).await.unwrap();
-            let finished_write = writes.iter().any(|&(wf, wb, k)| (wf, wb) == (f, b) && entries[k].finished);
-            let ok = if finished_write { got == new(f, b) } else { got == old(f, b) || got == new(f, b) };
+            let finished_write =
+                writes.iter().any(|&(wf, wb, k)| (wf, wb) == (f, b) && entries[k].finished);
+            let ok = if finished_write {
+                got == new(f, b)
+            } else {
+                got == old(f, b) || got == new(f, b)
+            };
             assert!(ok, "{v:?} seed {seed}: file {f} block {b}");
         }
     }

@@ -182,7 +182,12 @@ async fn page_cache_misses_go_through_the_ring() {
         use std::os::fd::AsRawFd;
         // SAFETY: an advice call on an open descriptor; no memory involved.
         let rc = unsafe {
-            libc::posix_fadvise(std_file.as_raw_fd(), offset as i64, n as i64, libc::POSIX_FADV_DONTNEED)
+            libc::posix_fadvise(
+                std_file.as_raw_fd(),
+                offset as i64,
+                n as i64,
+                libc::POSIX_FADV_DONTNEED,
+            )
         };
         assert_eq!(rc, 0);
     };
@@ -192,7 +197,12 @@ async fn page_cache_misses_go_through_the_ring() {
     assert!(read(&f, 0, len).await.unwrap() == data, "the second half evicted");
     evict(0, len);
     let reads = (0..64)
-        .map(|k| io_engine::ReadAt { file: &f, buf: AlignedBuf::for_read(16384), offset: k * 16384, len: 16384 })
+        .map(|k| io_engine::ReadAt {
+            file: &f,
+            buf: AlignedBuf::for_read(16384),
+            offset: k * 16384,
+            len: 16384,
+        })
         .collect();
     for (k, (buf, r)) in e.read_exact_at_many(reads).await.into_iter().enumerate() {
         r.unwrap();

@@ -161,7 +161,10 @@ impl Timeline {
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
-        tl.tasks.spawn_on(tl.clone().flush_loop().instrument(span.clone()), crate::background::handle());
+        tl.tasks.spawn_on(
+            tl.clone().flush_loop().instrument(span.clone()),
+            crate::background::handle(),
+        );
         tl.tasks.spawn(tl.clone().checkpoint_timeout_loop().instrument(span));
         Ok(tl)
     }

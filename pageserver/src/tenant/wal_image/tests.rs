@@ -71,7 +71,10 @@ fn malformed_payloads_are_errors() {
     };
     assert_eq!(bad(&|p| p.truncate(3)), "truncated WAL image header");
     assert_eq!(bad(&|p| p[1] = 9), "unknown WAL image compression");
-    assert_eq!(bad(&|p| p[4..6].copy_from_slice(&9000u16.to_le_bytes())), "WAL image hole outside the page");
+    assert_eq!(
+        bad(&|p| p[4..6].copy_from_slice(&9000u16.to_le_bytes())),
+        "WAL image hole outside the page"
+    );
     assert_eq!(bad(&|p| p.push(0)), "WAL image length does not fit its hole");
     // Damaged compressed bytes decode as a payload but do not materialize.
     let mut z = holed(ImageCompression::Zstd);

@@ -31,8 +31,7 @@ pub(crate) fn block(id: u8, fork: u8, blkno: u32, with_image: bool) -> DecodedBl
         id,
         tag: BlockTag { spc_oid: 1663, db_oid: 5, rel_number: 16384, fork, blkno },
         will_init: false,
-        image: with_image
-            .then(|| BlockImage::uncompressed(Bytes::from(vec![0u8; crate::BLCKSZ]))),
+        image: with_image.then(|| BlockImage::uncompressed(Bytes::from(vec![0u8; crate::BLCKSZ]))),
         apply_image: with_image,
         data: Bytes::new(),
     }
