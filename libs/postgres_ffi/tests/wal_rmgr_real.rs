@@ -8,87 +8,20 @@
 //! rmid, xl_info, xid, block refs (`id:spc:db:rel:fork:blkno:has_image`
 //! joined by commas, or `-`), main data in hex (or `-`); numbers decimal.
 //!
-//! `classify_dump` (ignored) classifies a whole dump in that format without
-//! the version column and prints the native records, to compare with
-//! `pg_waldump`: set `WAL_RMGR_DUMP=<file>` and `WAL_RMGR_VERSION=<major>`
-//! and run with `--ignored --nocapture`.
+//! The example `classify_dump` classifies a whole dump in that format
+//! without the version column and prints the native records, to compare
+//! with `pg_waldump`: `cargo run -p postgres_ffi --example classify_dump --
+//! <file> <major>`.
 
-use bytes::Bytes;
-use postgres_ffi::wal::image::BlockImage;
 use postgres_ffi::wal::rmgr::{
     classify, rmgr_name, ClogRecord, DatabaseRecord, MultiXactRecord, NativeRecord, StorageRecord,
     XactRecord, XlogRecord,
 };
-use postgres_ffi::wal::{BlockTag, DecodedBlock, DecodedWalRecord};
+use postgres_ffi::wal::DecodedWalRecord;
 use postgres_ffi::PgMajorVersion;
-use utils::lsn::Lsn;
 
-fn hex(s: &str) -> Vec<u8> {
-    if s == "-" {
-        return Vec::new();
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
-}
-
-fn block(s: &str) -> DecodedBlock {
-    let f: Vec<u32> = s.split(':').map(|x| x.parse().unwrap()).collect();
-    DecodedBlock {
-        id: f[0] as u8,
-        tag: BlockTag {
-            spc_oid: f[1],
-            db_oid: f[2],
-            rel_number: f[3],
-            fork: f[4] as u8,
-            blkno: f[5],
-        },
-        will_init: false,
-        image: (f[6] == 1).then(|| BlockImage::uncompressed(Bytes::from(vec![0u8; 8192]))),
-        apply_image: f[6] == 1,
-        data: Bytes::new(),
-    }
-}
-
-fn parse_line(line: &str) -> DecodedWalRecord {
-    let f: Vec<&str> = line.split(' ').collect();
-    let lsn = Lsn(f[0].parse().unwrap());
-    DecodedWalRecord {
-        lsn,
-        end_lsn: lsn,
-        xid: f[3].parse().unwrap(),
-        info: f[2].parse().unwrap(),
-        rmid: f[1].parse().unwrap(),
-        prev_lsn: Lsn(0),
-        toplevel_xid: None,
-        origin: None,
-        blocks: if f[4] == "-" { Vec::new() } else { f[4].split(',').map(block).collect() },
-        main_data: Bytes::from(hex(f[5])),
-    }
-}
-
-#[test]
-#[ignore]
-fn classify_dump() {
-    let (Ok(path), Ok(version)) =
-        (std::env::var("WAL_RMGR_DUMP"), std::env::var("WAL_RMGR_VERSION"))
-    else {
-        return;
-    };
-    let version = PgMajorVersion::new(version.parse().unwrap()).unwrap();
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut errors = 0;
-    for line in text.lines() {
-        let rec = parse_line(line);
-        match classify(&rec, version) {
-            Ok(NativeRecord::ImagesOnly { without_image }) if without_image.is_empty() => {}
-            Ok(n) => println!("{} {} {:#04x}: {n:?}", rec.lsn, rmgr_name(rec.rmid), rec.info),
-            Err(e) => {
-                errors += 1;
-                println!("ERROR {e}");
-            }
-        }
-    }
-    assert_eq!(errors, 0);
-}
+mod rmgr_dump;
+use rmgr_dump::parse_line;
 
 /// (version, record) pairs, picked from the servers' WAL.
 const REAL: &[&str] = &[
