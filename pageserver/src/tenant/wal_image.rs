@@ -119,7 +119,7 @@ impl WalImage {
             apply: true,
         };
         let page = restore_image(&header, self.stored.clone())?;
-        Ok(stamp_page(&page, blkno, lsn, self.data_checksums))
+        Ok(stamp_page(page, blkno, lsn, self.data_checksums))
     }
 }
 
@@ -144,13 +144,14 @@ fn compression_of(code: u8) -> Option<ImageCompression> {
 
 /// `image` (`BLCKSZ` bytes) as the page of block `blkno` after the record
 /// ending at `end_lsn`: `pd_lsn` set, checksum recomputed if the cluster
-/// has data checksums; an all-zero page unchanged.
-pub fn stamp_page(image: &Bytes, blkno: u32, end_lsn: Lsn, data_checksums: bool) -> Bytes {
+/// has data checksums; an all-zero page unchanged. Stamps in place when
+/// `image` is the only handle to its bytes (a freshly rebuilt page).
+pub fn stamp_page(image: Bytes, blkno: u32, end_lsn: Lsn, data_checksums: bool) -> Bytes {
     assert_eq!(image.len(), BLCKSZ, "images are rebuilt to BLCKSZ");
-    if page_is_new(image) {
-        return image.clone();
+    if page_is_new(&image) {
+        return image;
     }
-    let mut page = BytesMut::from(&image[..]);
+    let mut page = image.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]));
     set_page_lsn(&mut page, end_lsn.0);
     if data_checksums {
         let mut header = PageHeader::decode(&page);

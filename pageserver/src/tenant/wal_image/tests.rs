@@ -31,24 +31,24 @@ fn holed(compression: ImageCompression) -> WalImage {
 
 #[test]
 fn images_are_stamped_with_the_end_lsn_and_checksummed() {
-    let page = stamp_page(&sample_page(), 7, Lsn(0x0300_0128), true);
+    let page = stamp_page(sample_page(), 7, Lsn(0x0300_0128), true);
     assert_eq!(page_lsn(&page), 0x0300_0128);
     assert!(verify_page_checksum(&page, 7));
     assert!(!verify_page_checksum(&page, 8), "the checksum covers the block number");
     assert_eq!(&page[8000..8010], b"tuple data");
-    let plain = stamp_page(&sample_page(), 7, Lsn(0x0300_0128), false);
+    let plain = stamp_page(sample_page(), 7, Lsn(0x0300_0128), false);
     assert_eq!(PageHeader::decode(&plain).checksum, 0);
 }
 
 #[test]
 fn new_pages_stay_zero() {
     let zero = Bytes::from(vec![0u8; BLCKSZ]);
-    assert_eq!(stamp_page(&zero, 1, Lsn(0x100), true), zero);
+    assert_eq!(stamp_page(zero.clone(), 1, Lsn(0x100), true), zero);
 }
 
 #[test]
 fn materialize_restores_hole_and_compression_and_stamps() {
-    let expected = stamp_page(&sample_page(), 3, Lsn(0x5000), true);
+    let expected = stamp_page(sample_page(), 3, Lsn(0x5000), true);
     for c in [ImageCompression::None, ImageCompression::Lz4, ImageCompression::Zstd] {
         let img = holed(c);
         let mut payload = Vec::new();
