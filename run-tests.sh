@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the project: Rust unit/integration tests (with failpoints),
 # the pytest regression suite against the release daemon (the daemon's tests
-# and the suite twice: on the std-fs and on the io-uring IO engine), and a
-# short performance smoke. Prerequisites (PostgreSQL 15-18, Python packages) are
-# installed by scripts/install-test-deps.sh when missing; it names what it
-# could not install.
+# and the suite twice: on the std-fs engine through the page cache, and on the
+# io-uring engine with direct IO), and a short performance smoke.
+# Prerequisites (PostgreSQL 15-18, Python packages) are installed by
+# scripts/install-test-deps.sh when missing; it names what it could not install.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -24,8 +24,10 @@ cargo build --release --features pageserver/testing --bins
 
 echo "== cargo test"
 cargo test --workspace --features pageserver/testing
-echo "== cargo test: the daemon's storage and page service on the io-uring engine"
-PAGESERVER_IO_ENGINE=io-uring cargo test -p pageserver --features pageserver/testing
+echo "== cargo test: the daemon's storage and page service on the io-uring engine, direct IO"
+PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing
+echo "== cargo test: the daemon's storage and page service on std-fs, direct IO"
+PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing
 
 echo "== pytest: regress"
 export PAGESERVER_BIN="$PWD/target/release/pageserver"
@@ -43,8 +45,8 @@ run_pytest() {
     return "$rc"
 }
 run_pytest -q test_runner/regress
-echo "== pytest: regress on the io-uring engine"
-PAGESERVER_IO_ENGINE=io-uring run_pytest -q test_runner/regress
+echo "== pytest: regress on the io-uring engine with direct IO"
+PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true run_pytest -q test_runner/regress
 
 echo "== pytest: performance smoke"
 run_pytest -q test_runner/performance --perf-smoke

@@ -157,9 +157,14 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
     info!(
         workdir = %conf.workdir.display(),
         io_engine = ?conf.io_engine_kind(),
+        direct_io = conf.direct_io,
         page_service_pipelining = ?conf.page_service_pipelining,
         "starting pageserver"
     );
+
+    if conf.direct_io {
+        conf.io_engine.check_direct_io(&conf.workdir).await.context("direct_io = true")?;
+    }
 
     let pg_listener = TcpListener::bind(&conf.listen_pg_addr)
         .await

@@ -27,8 +27,8 @@ pub const POOL_ALIGN: usize = 4096;
 const BUF_ALIGN: usize = POOL_ALIGN;
 
 /// Largest pooled capacity (a coalesced read chunk is at most 128 KiB, plus
-/// alignment).
-pub const MAX_POOLED_CAP: usize = 132 * 1024;
+/// up to 4 KiB of alignment at each end under direct IO).
+pub const MAX_POOLED_CAP: usize = 136 * 1024;
 const CLASSES: usize = MAX_POOLED_CAP / BUF_ALIGN;
 /// Bytes of free buffers kept per class.
 const CLASS_BUDGET: usize = 2 * 1024 * 1024;

@@ -16,7 +16,7 @@
 use std::io;
 use std::path::Path;
 
-use crate::BUF_ALIGN;
+use crate::{AlignedBuf, IoEngine, OpenMode, BUF_ALIGN};
 
 /// Alignment of offsets, lengths and buffer addresses under direct IO.
 pub const DIRECT_IO_ALIGN: usize = BUF_ALIGN;
@@ -65,6 +65,40 @@ pub(crate) fn write_zero() -> io::Error {
     io::Error::new(io::ErrorKind::WriteZero, "failed to write whole buffer")
 }
 
+impl IoEngine {
+    /// Check that files in `dir` can be written and read back with direct
+    /// IO through this engine (a file system may refuse `O_DIRECT`, e.g.
+    /// tmpfs before Linux 6.6): creates, uses and removes one probe file.
+    /// The error names the directory and what failed.
+    pub async fn check_direct_io(&self, dir: &Path) -> io::Result<()> {
+        let path = dir.join(format!("direct_io_probe{}", crate::TEMP_SUFFIX));
+        if self.exists(&path).await? {
+            self.remove_file(&path).await?;
+        }
+        let res = self.probe_direct_io(&path).await;
+        let removed = self.remove_file(&path).await;
+        res.and(removed).map_err(|e| {
+            io::Error::new(e.kind(), format!("direct IO does not work in {}: {e}", dir.display()))
+        })
+    }
+
+    async fn probe_direct_io(&self, path: &Path) -> io::Result<()> {
+        let file = self.open(path, OpenMode::CREATE_NEW.with_direct(true)).await?;
+        let mut block = AlignedBuf::with_capacity(DIRECT_IO_ALIGN);
+        block.extend_from_slice(&[0xA5; DIRECT_IO_ALIGN]);
+        let (block, res) = file.write_all_at(block, 0).await;
+        res?;
+        let (back, res) = file
+            .read_exact_at(AlignedBuf::with_capacity(DIRECT_IO_ALIGN), 0, DIRECT_IO_ALIGN)
+            .await;
+        res?;
+        if back[..] != block[..] {
+            return Err(io::Error::other("a block read back differs from what was written"));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +117,16 @@ mod tests {
         assert!(short_read_hit_eof(true, 100, 4096));
         assert!(!short_read_hit_eof(true, 4096, 8192));
         assert!(!short_read_hit_eof(false, 100, 4096));
+    }
+
+    #[tokio::test]
+    async fn probe_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let eng = IoEngine::new(crate::IoEngineKind::StdFs).unwrap();
+        eng.check_direct_io(dir.path()).await.unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let missing = dir.path().join("missing");
+        let err = eng.check_direct_io(&missing).await.unwrap_err().to_string();
+        assert!(err.contains("direct IO does not work in") && err.contains("missing"), "{err}");
     }
 }

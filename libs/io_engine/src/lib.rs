@@ -45,7 +45,7 @@
 //! [`DIRECT_IO_ALIGN`], checked here for every engine (`direct_io.rs`).
 //!
 //! Read buffers: `AlignedBuf::for_read` recycles dropped buffers of up to
-//! 132 KiB through a bounded process-wide pool (`buf_pool.rs`).
+//! 136 KiB through a bounded process-wide pool (`buf_pool.rs`).
 //!
 //! Durability helpers: [`IoEngine::write_file_durably`] and [`TempFile`]
 //! (write `<name>.___temp`, fsync, rename over `<name>`, fsync the directory).
@@ -407,11 +407,17 @@ impl IoEngine {
 
     /// Start writing `path` crash-safely: see [`TempFile`].
     pub async fn create_temp(&self, path: &Path) -> io::Result<TempFile> {
+        self.create_temp_direct(path, false).await
+    }
+
+    /// `create_temp`, with the file opened for direct IO when `direct`
+    /// (every write must then be aligned: see [`OpenMode::with_direct`]).
+    pub async fn create_temp_direct(&self, path: &Path, direct: bool) -> io::Result<TempFile> {
         let tmp = temp_path(path);
         if self.exists(&tmp).await? {
             self.remove_file(&tmp).await?; // a leftover of an earlier failed attempt
         }
-        let file = self.open(&tmp, OpenMode::CREATE_NEW).await?;
+        let file = self.open(&tmp, OpenMode::CREATE_NEW.with_direct(direct)).await?;
         Ok(TempFile {
             engine: self.clone(),
             file: Some(file),

@@ -36,6 +36,8 @@ pub struct ConfigToml {
     #[serde(deserialize_with = "de_size")]
     pub in_memory_layers_budget: ByteSize,
     pub io_engine: IoEngineKind,
+    /// Layer and ephemeral files with `O_DIRECT`.
+    pub direct_io: bool,
     /// Files the IO engine keeps open at most; default: see `max_open_files`
     /// in `config/mod.rs`.
     pub max_open_files: Option<usize>,
@@ -104,6 +106,7 @@ impl Default for ConfigToml {
             max_get_vectored_keys: DEFAULT_MAX_GET_VECTORED_KEYS,
             in_memory_layers_budget: size(DEFAULT_IN_MEMORY_LAYERS_BUDGET),
             io_engine: IoEngineKind::StdFs,
+            direct_io: false,
             max_open_files: None,
             log_format: LogFormat::Plain,
             page_service_pipelining: PageServicePipeliningConfig::default(),

@@ -73,6 +73,9 @@ pub struct PageServerConf {
     /// Bytes.
     pub in_memory_layers_budget: u64,
     pub io_engine: IoEngine,
+    /// Layer and ephemeral files use `O_DIRECT` (checked at start-up by
+    /// `check_direct_io`).
+    pub direct_io: bool,
     pub log_format: LogFormat,
     pub page_service_pipelining: PageServicePipeliningConfig,
     pub pg_auth_type: AuthType,
@@ -125,6 +128,7 @@ impl PageServerConf {
             max_get_vectored_keys,
             in_memory_layers_budget,
             io_engine,
+            direct_io,
             max_open_files,
             log_format,
             page_service_pipelining,
@@ -204,6 +208,7 @@ impl PageServerConf {
             max_get_vectored_keys,
             in_memory_layers_budget: in_memory_layers_budget.as_u64(),
             io_engine,
+            direct_io,
             log_format,
             page_service_pipelining,
             pg_auth_type,
@@ -231,6 +236,7 @@ impl PageServerConf {
             max_get_vectored_keys: self.max_get_vectored_keys,
             in_memory_layers_budget: self.in_memory_layers_budget,
             io_engine: self.io_engine.clone(),
+            direct_io: self.direct_io,
         }
     }
 

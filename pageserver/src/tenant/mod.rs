@@ -48,6 +48,8 @@ pub struct StorageConf {
     /// Global bound on bytes held by in-memory layers of all timelines.
     pub in_memory_layers_budget: u64,
     pub io_engine: io_engine::IoEngine,
+    /// Layer and ephemeral files use direct IO (`O_DIRECT`).
+    pub direct_io: bool,
 }
 
 impl StorageConf {
@@ -63,6 +65,7 @@ impl StorageConf {
             max_get_vectored_keys: 32,
             in_memory_layers_budget: 1024 * 1024 * 1024,
             io_engine: io_engine::IoEngine::new(test_io_engine_kind()).unwrap(),
+            direct_io: test_direct_io(),
         }
     }
 
@@ -478,5 +481,14 @@ fn test_io_engine_kind() -> io_engine::IoEngineKind {
     match std::env::var("PAGESERVER_IO_ENGINE") {
         Ok(name) => name.parse().unwrap_or_else(|e| panic!("PAGESERVER_IO_ENGINE: {e}")),
         Err(_) => io_engine::IoEngineKind::StdFs,
+    }
+}
+
+/// Direct IO for `StorageConf::for_tests`: on when `PAGESERVER_DIRECT_IO`
+/// is `true` (run-tests.sh runs the suites both ways).
+fn test_direct_io() -> bool {
+    match std::env::var("PAGESERVER_DIRECT_IO") {
+        Ok(v) => v.parse().unwrap_or_else(|_| panic!("PAGESERVER_DIRECT_IO: '{v}' is not a bool")),
+        Err(_) => false,
     }
 }

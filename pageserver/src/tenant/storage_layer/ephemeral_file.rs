@@ -11,6 +11,12 @@
 //! The state lock is a std `RwLock` held only for memcpy-sized sections,
 //! never across an await.
 //!
+//! Direct IO (`direct_io` in the config): the file is opened with
+//! `O_DIRECT`. Its writes are whole tails (`TAIL_SIZE`, block aligned, at
+//! block-aligned offsets), double-buffered by `tail` and `pending`; a read
+//! of the on-disk part reads the enclosing aligned blocks (all below
+//! `flushed_len`, which is a multiple of `TAIL_SIZE`) and copies the range.
+//!
 //! The file is removed (through the IO engine's synchronous
 //! `remove_from_drop`: `Drop` cannot await) when the `EphemeralFile` is dropped (its layer has been
 //! flushed to an L0 file, or the timeline is gone). Start-up deletes any
@@ -20,10 +26,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use io_engine::{AlignedBuf, File, IoEngine, OpenMode};
+use io_engine::{AlignedBuf, File, IoEngine, OpenMode, DIRECT_IO_ALIGN};
 
 /// Size of the tail buffer, and so of each disk write.
 pub const TAIL_SIZE: usize = 256 * 1024;
+const _: () =
+    assert!(TAIL_SIZE.is_multiple_of(DIRECT_IO_ALIGN), "tails are whole direct IO blocks");
 
 pub const EPHEMERAL_PREFIX: &str = "ephemeral-";
 
@@ -31,6 +39,8 @@ pub struct EphemeralFile {
     engine: IoEngine,
     path: PathBuf,
     file: File,
+    /// Opened for direct IO: disk reads are block aligned.
+    direct: bool,
     state: RwLock<State>,
 }
 
@@ -54,16 +64,22 @@ impl State {
 }
 
 impl EphemeralFile {
-    pub async fn create(engine: &IoEngine, dir: &Path, seq: u64) -> io::Result<EphemeralFile> {
+    pub async fn create(
+        engine: &IoEngine,
+        dir: &Path,
+        seq: u64,
+        direct: bool,
+    ) -> io::Result<EphemeralFile> {
         let path = dir.join(format!("{EPHEMERAL_PREFIX}{seq}"));
         if engine.exists(&path).await? {
             engine.remove_file(&path).await?; // left by an earlier run; start-up removes these too
         }
-        let file = engine.open(&path, OpenMode::CREATE_NEW).await?;
+        let file = engine.open(&path, OpenMode::CREATE_NEW.with_direct(direct)).await?;
         Ok(EphemeralFile {
             engine: engine.clone(),
             path,
             file,
+            direct,
             state: RwLock::new(State {
                 flushed_len: 0,
                 pending: None,
@@ -166,16 +182,37 @@ impl EphemeralFile {
         };
         if offset < disk_end {
             let n = (disk_end - offset) as usize;
-            if n == len {
+            if n == len && !self.direct {
                 let (b, res) = self.file.read_exact_at(buf, offset, n).await;
                 res?;
                 return Ok(b);
             }
-            let (tmp, res) = self.file.read_exact_at(AlignedBuf::for_read(n), offset, n).await;
-            res?;
-            buf[..n].copy_from_slice(&tmp);
+            let tmp = self.read_disk(offset, n).await?;
+            buf[..n].copy_from_slice(&tmp[..n]);
         }
         Ok(buf)
+    }
+
+    /// Read `n` on-disk bytes at `offset` into a fresh buffer that starts
+    /// with them (under direct IO, read the enclosing aligned blocks).
+    async fn read_disk(&self, offset: u64, n: usize) -> io::Result<AlignedBuf> {
+        if !self.direct {
+            let (tmp, res) = self.file.read_exact_at(AlignedBuf::for_read(n), offset, n).await;
+            return res.map(|_| tmp);
+        }
+        let block = DIRECT_IO_ALIGN as u64;
+        let start = offset / block * block;
+        let end = (offset + n as u64).next_multiple_of(block);
+        debug_assert!(end <= self.state.read().unwrap().flushed_len, "aligned read past disk");
+        let len = (end - start) as usize;
+        let (mut tmp, res) = self.file.read_exact_at(AlignedBuf::for_read(len), start, len).await;
+        res?;
+        let skip = (offset - start) as usize;
+        if skip > 0 {
+            tmp.spare_full_mut().copy_within(skip..skip + n, 0);
+        }
+        tmp.set_len(n);
+        Ok(tmp)
     }
 }
 
@@ -192,9 +229,15 @@ mod tests {
 
     #[tokio::test]
     async fn reads_span_disk_pending_and_tail() {
+        for direct in [false, true] {
+            reads_span_disk_pending_and_tail_with(direct).await;
+        }
+    }
+
+    async fn reads_span_disk_pending_and_tail_with(direct: bool) {
         let dir = tempfile::tempdir().unwrap();
         let eng = IoEngine::new(IoEngineKind::StdFs).unwrap();
-        let f = EphemeralFile::create(&eng, dir.path(), 1).await.unwrap();
+        let f = EphemeralFile::create(&eng, dir.path(), 1, direct).await.unwrap();
         let mut model = Vec::new();
         let mut rng = 12345u64;
         for i in 0..400 {
@@ -206,10 +249,10 @@ mod tests {
             model.extend_from_slice(&chunk);
         }
         assert!(model.len() > 3 * TAIL_SIZE);
-        for (off, len) in [(0, 10), (TAIL_SIZE - 5, 10), (100, 2 * TAIL_SIZE), (model.len() - 7, 7)]
-        {
+        let reads = [(0, 10), (TAIL_SIZE - 5, 10), (100, 2 * TAIL_SIZE), (model.len() - 7, 7)];
+        for (off, len) in reads.into_iter().chain([(4095, 2), (TAIL_SIZE, 4096), (8191, 9000)]) {
             let b = f.read_at(AlignedBuf::with_capacity(len), off as u64, len).await.unwrap();
-            assert_eq!(&b[..], &model[off..off + len], "read at {off}+{len}");
+            assert_eq!(&b[..], &model[off..off + len], "read at {off}+{len}, direct {direct}");
         }
         let path = dir.path().join("ephemeral-1");
         assert!(path.exists());

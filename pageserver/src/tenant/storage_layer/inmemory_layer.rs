@@ -41,12 +41,13 @@ impl InMemoryLayer {
         dir: &std::path::Path,
         seq: u64,
         start_lsn: Lsn,
+        direct_io: bool,
     ) -> std::io::Result<InMemoryLayer> {
         Ok(InMemoryLayer {
             start_lsn,
             end_lsn: OnceLock::new(),
             opened_at: Instant::now(),
-            file: EphemeralFile::create(engine, dir, seq).await?,
+            file: EphemeralFile::create(engine, dir, seq, direct_io).await?,
             index: RwLock::new(BTreeMap::new()),
         })
     }

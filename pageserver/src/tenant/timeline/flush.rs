@@ -106,6 +106,7 @@ impl Timeline {
                 self.tenant_id,
                 self.timeline_id,
                 &layer,
+                self.conf.direct_io,
             )
             .await?;
             let end = layer.end_lsn().expect("frozen");

@@ -29,6 +29,7 @@ use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FIL
 use super::super::storage_layer::delta_layer::DeltaLayer;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
 use super::super::storage_layer::DeltaLayerName;
+use super::super::StorageConf;
 
 /// The checked manifest and the loaded L0 layers, oldest first.
 pub(super) struct Loaded {
@@ -37,11 +38,12 @@ pub(super) struct Loaded {
 }
 
 pub(super) async fn load_layers(
-    engine: &IoEngine,
+    conf: &StorageConf,
     dir: &Path,
     tenant_id: TenantId,
     timeline_id: TimelineId,
 ) -> anyhow::Result<Loaded> {
+    let engine = &conf.io_engine;
     let (mut md, from_v1) = match TimelineMetadata::load(engine, dir).await? {
         Decoded::Manifest(md) => (md, false),
         Decoded::V1(md) => (md, true),
@@ -65,7 +67,7 @@ pub(super) async fn load_layers(
             path.display(),
             entry.size_bytes
         );
-        let layer = DeltaLayer::load(engine, &path, tenant_id, timeline_id).await?;
+        let layer = DeltaLayer::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
         debug_assert_eq!(&layer.name, name);
         layers.push(Arc::new(layer));
     }

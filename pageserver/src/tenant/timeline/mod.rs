@@ -129,7 +129,7 @@ impl Timeline {
         cancel: CancellationToken,
     ) -> anyhow::Result<Arc<Timeline>> {
         let load::Loaded { md, layers } =
-            load::load_layers(&conf.io_engine, &dir, tenant_id, timeline_id).await?;
+            load::load_layers(&conf, &dir, tenant_id, timeline_id).await?;
         let layer_map = LayerMap::new(md.initial_lsn + 1, layers);
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
         let tl = Arc::new(Timeline {

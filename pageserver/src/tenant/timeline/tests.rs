@@ -108,9 +108,9 @@ async fn unlisted_layer_is_removed_as_a_leftover() {
 #[tokio::test]
 async fn a_flipped_value_byte_is_an_error_naming_the_layer() {
     let (dir, t, tl, paths) = two_layers().await;
-    // The first value of the newest L0 starts right after its 512-byte header.
+    // The first value of the newest L0 starts right after its 4 KiB header block.
     let mut bytes = std::fs::read(&paths[1]).unwrap();
-    bytes[512 + 3] ^= 0xff;
+    bytes[4096 + 3] ^= 0xff;
     std::fs::write(&paths[1], &bytes).unwrap();
     let conf = Arc::new(StorageConf::for_tests(dir.path()));
     let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();

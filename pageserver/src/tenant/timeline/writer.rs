@@ -86,8 +86,16 @@ impl TimelineWriter<'_> {
                 let start = tl.layers.read().unwrap().next_layer_start();
                 debug_assert!(start <= last + 1);
                 let seq = tl.ephemeral_seq.fetch_add(1, Ordering::Relaxed);
-                let l =
-                    Arc::new(InMemoryLayer::create(&tl.conf.io_engine, &tl.dir, seq, start).await?);
+                let l = Arc::new(
+                    InMemoryLayer::create(
+                        &tl.conf.io_engine,
+                        &tl.dir,
+                        seq,
+                        start,
+                        tl.conf.direct_io,
+                    )
+                    .await?,
+                );
                 tl.layers.write().unwrap().set_open(l.clone());
                 l
             }
