@@ -1,12 +1,14 @@
-"""Cold reads, per IO engine, against the physical limit of the disk.
+"""Cold reads, per IO engine and with or without direct IO, against the
+physical limit of the disk.
 
 pgbench scale 100 (scale 10 in the smoke run) imported once; for each
-engine the daemon restarts on it, and for queue depth 1 and 32 the page
-cache is dropped (`echo 1 > /proc/sys/vm/drop_caches`, as root) before a
-short pagebench run of random GetPage@latest. Beside it, in the same run,
-`fio` random 8 KiB O_DIRECT reads (io_uring) of the largest layer file at
-the same depths: the device's IOPS. The daemon reads buffered (through the
-page cache), so a run also warms the cache; runs are short to keep it cold.
+engine, buffered and with `direct_io`, the daemon restarts on it, and for
+queue depth 1 and 32 the page cache is dropped (`echo 1 >
+/proc/sys/vm/drop_caches`, as root) before a short pagebench run of random
+GetPage@latest. Beside it, in the same run, `fio` random 8 KiB O_DIRECT
+reads (io_uring) of the largest layer file at the same depths: the device's
+IOPS. A buffered daemon warms the page cache as it runs, so runs are short;
+with direct IO every read goes to the device.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from fixtures.pageserver import TEST_OUTPUT
 
 pytestmark = pytest.mark.perf
 
-ENGINES = ["std-fs", "io-uring"]
+# (io_engine, direct_io)
+CONFIGS = [("std-fs", False), ("io-uring", False), ("std-fs", True), ("io-uring", True)]
 DEPTHS = [1, 32]
 
 
@@ -56,14 +59,15 @@ def test_cold_reads_per_engine(pageserver, pgbench_s100_backup_or_small, request
     import_backup(ps, pgbench_s100_backup_or_small)
     layer = largest_layer(ps.workdir)
     rows = []
-    for engine in ENGINES:
+    for engine, direct in CONFIGS:
         ps.stop()
-        ps.start(extra_overrides={"io_engine": engine})
+        ps.start(extra_overrides={"io_engine": engine, "direct_io": direct})
         for depth in DEPTHS:
             drop_caches()
             res = run_pagebench(ps, runtime=f"{runtime_s}s", queue_depth=depth)
             assert res.error_count == 0, res.stderr[-2000:]
-            rows.append({"engine": engine, "queue_depth": depth, "getpage_per_s": round(res.rps),
+            name = f"{engine} direct" if direct else f"{engine} buffered"
+            rows.append({"engine": name, "queue_depth": depth, "getpage_per_s": round(res.rps),
                          "p50_us": res.latency_us("p50"), "p99_us": res.latency_us("p99")})
     for depth in DEPTHS:
         drop_caches()

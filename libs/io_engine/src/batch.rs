@@ -14,7 +14,7 @@
 use std::io;
 
 use crate::uring::{self, Dir, Transfer};
-use crate::{named, AlignedBuf, File, FileInner, IoEngine};
+use crate::{named, AlignedBuf, File, IoEngine, Op};
 
 /// One read of a batch: `len` bytes at `offset` of `file` into `buf`
 /// (`len` must fit its capacity), as [`File::read_exact_at`].
@@ -50,8 +50,8 @@ impl IoEngine {
                 results[i] = Some((buf, Err(e)));
                 continue;
             }
-            match (&self.ring, &file.inner) {
-                (Some(_), FileInner::Uring(f)) if len > 0 => {
+            match file.op() {
+                Ok(Op::Uring(f)) if len > 0 => {
                     on_ring.push((i, file, len));
                     transfers.push(Transfer { file: f, buf, offset, len });
                 }
@@ -81,8 +81,8 @@ impl IoEngine {
                 results[i] = Some((buf, Err(e)));
                 continue;
             }
-            match (&self.ring, &file.inner) {
-                (Some(_), FileInner::Uring(f)) if !buf.is_empty() && f.ring_writes() => {
+            match file.op() {
+                Ok(Op::Uring(f)) if !buf.is_empty() && f.ring_writes() => {
                     on_ring.push((i, file));
                     let len = buf.len();
                     transfers.push(Transfer { file: f, buf, offset, len });
@@ -101,7 +101,7 @@ impl IoEngine {
     }
 
     async fn run_on_ring(&self, dir: Dir, transfers: Vec<Transfer<'_>>) -> Vec<Outcome> {
-        match &self.ring {
+        match self.selected.ring() {
             Some(ring) if !transfers.is_empty() => uring::transfer_many(ring, dir, transfers).await,
             _ => {
                 assert!(transfers.is_empty(), "ring transfers without a ring");

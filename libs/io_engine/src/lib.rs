@@ -54,6 +54,7 @@ mod aligned_buf;
 mod batch;
 mod buf_pool;
 mod direct_io;
+mod select;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod std_fs;
@@ -64,6 +65,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use select::{Backend, RealFile};
 
 pub use aligned_buf::{AlignedBuf, BUF_ALIGN};
 pub use batch::{ReadAt, WriteAt};
@@ -158,13 +161,13 @@ impl DirEntry {
     }
 }
 
-/// The engine handle; cheap to clone (all clones share the open-file bound).
+/// The engine handle; cheap to clone (all clones share the open-file
+/// bound and the engine selection, see [`IoEngine::set_kind`]).
 #[derive(Clone, Debug)]
 pub struct IoEngine {
-    kind: IoEngineKind,
     open_files: Arc<OpenFiles>,
-    /// The ring of the io-uring engine.
-    ring: Option<Arc<uring::Ring>>,
+    /// The engine that runs operations now, and the ring once io-uring was selected.
+    selected: Arc<select::Selected>,
     uring_inline: UringInline,
     /// Set for the simulated engine: every operation goes there instead.
     #[cfg(feature = "sim")]
@@ -230,14 +233,9 @@ impl IoEngine {
     pub fn with_max_open_files(kind: IoEngineKind, max_open_files: usize) -> io::Result<Self> {
         assert!(max_open_files > 0, "max_open_files must be positive");
         let open_files = Arc::new(OpenFiles { max: max_open_files, current: AtomicUsize::new(0) });
-        let ring = match kind {
-            IoEngineKind::StdFs => None,
-            IoEngineKind::IoUring => Some(Arc::new(uring::Ring::new()?)),
-        };
         Ok(IoEngine {
-            kind,
             open_files,
-            ring,
+            selected: Arc::new(select::Selected::new(kind)?),
             uring_inline: UringInline::Auto,
             #[cfg(feature = "sim")]
             sim: None,
@@ -259,8 +257,26 @@ impl IoEngine {
         self
     }
 
+    /// The engine operations starting now run on.
     pub fn kind(&self) -> IoEngineKind {
-        self.kind
+        self.selected.kind()
+    }
+
+    /// Switch the engine of this engine handle, its clones and every file
+    /// they opened: operations that start after the call run on `kind`
+    /// (those running finish where they started; see `select.rs`).
+    /// Switching to io-uring creates the ring the first time, and fails,
+    /// changing nothing, when the kernel refuses it. The simulated engine
+    /// cannot switch.
+    pub fn set_kind(&self, kind: IoEngineKind) -> io::Result<()> {
+        #[cfg(feature = "sim")]
+        if self.sim.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the simulated IO engine cannot switch engines",
+            ));
+        }
+        self.selected.set(kind)
     }
 
     /// Files open through this engine (and its clones) right now.
@@ -273,7 +289,7 @@ impl IoEngine {
     /// metrics. Always 0 for std-fs and the simulated engine, whose
     /// operations finish within their call.
     pub fn in_flight_ops(&self) -> usize {
-        self.ring.as_ref().map_or(0, |r| r.in_flight_ops())
+        self.selected.ring().map_or(0, |r| r.in_flight_ops())
     }
 
     fn take_open_slot(&self, path: &Path) -> io::Result<OpenFileSlot> {
@@ -296,12 +312,8 @@ impl IoEngine {
         fail("io::open::err", path)?;
         let slot = self.take_open_slot(path)?;
         let inner = dispatch!(self, |fs| FileInner::Sim(fs.open(path, mode)?), {
-            match &self.ring {
-                Some(ring) => {
-                    FileInner::Uring(uring::UringFile::open(ring, path, mode, self.uring_inline)?)
-                }
-                None => FileInner::Std(std_fs::StdFile::open(path, mode)?),
-            }
+            let file = std_fs::open_file(path, mode)?;
+            FileInner::Real(RealFile::new(file, mode, self.uring_inline, self.selected.clone()))
         });
         Ok(File { inner, path: path.to_path_buf(), direct: mode.direct, _slot: slot })
     }
@@ -520,10 +532,17 @@ pub fn temp_path(path: &Path) -> PathBuf {
 pub const TEMP_SUFFIX: &str = ".___temp";
 
 enum FileInner {
-    Std(std_fs::StdFile),
-    Uring(uring::UringFile),
+    Real(RealFile),
     #[cfg(feature = "sim")]
     Sim(sim::SimFile),
+}
+
+/// The engine one operation of a `File` runs on.
+enum Op<'a> {
+    Std(&'a std_fs::StdFile),
+    Uring(&'a uring::UringFile),
+    #[cfg(feature = "sim")]
+    Sim(&'a sim::SimFile),
 }
 
 /// An open file. Reads and writes are positional; the file has no cursor, so
@@ -573,20 +592,31 @@ impl File {
         direct_io::check_aligned(op, &self.path, offset, len, buf.as_ptr() as usize)
     }
 
-    /// A read that passed `check_read`, on this file's engine.
+    /// The engine an operation starting now runs on (`select.rs`).
+    fn op(&self) -> io::Result<Op<'_>> {
+        match &self.inner {
+            FileInner::Real(f) => Ok(match f.backend()? {
+                Backend::Std(f) => Op::Std(f),
+                Backend::Uring(f) => Op::Uring(f),
+            }),
+            #[cfg(feature = "sim")]
+            FileInner::Sim(f) => Ok(Op::Sim(f)),
+        }
+    }
+
+    /// A read that passed `check_read`, on the selected engine.
     async fn read_checked(
         &self,
         mut buf: AlignedBuf,
         offset: u64,
         len: usize,
     ) -> (AlignedBuf, io::Result<()>) {
-        let res = match &self.inner {
-            FileInner::Std(f) => f.read_exact_at(&mut buf.spare_full_mut()[..len], offset),
-            FileInner::Uring(f) => return f.read_exact_at(buf, offset, len).await,
+        let res = match self.op() {
+            Err(e) => Err(e),
+            Ok(Op::Std(f)) => f.read_exact_at(&mut buf.spare_full_mut()[..len], offset),
+            Ok(Op::Uring(f)) => return f.read_exact_at(buf, offset, len).await,
             #[cfg(feature = "sim")]
-            FileInner::Sim(f) => {
-                f.read_exact_at(&self.path, &mut buf.spare_full_mut()[..len], offset)
-            }
+            Ok(Op::Sim(f)) => f.read_exact_at(&self.path, &mut buf.spare_full_mut()[..len], offset),
         };
         (buf, res)
     }
@@ -616,30 +646,30 @@ impl File {
     }
 
     async fn write_checked(&self, buf: AlignedBuf, offset: u64) -> (AlignedBuf, io::Result<()>) {
-        let res = match &self.inner {
-            FileInner::Std(f) => f.write_all_at(&buf, offset),
-            FileInner::Uring(f) => return f.write_all_at(buf, offset).await,
+        let res = match self.op() {
+            Err(e) => Err(e),
+            Ok(Op::Std(f)) => f.write_all_at(&buf, offset),
+            Ok(Op::Uring(f)) => return f.write_all_at(buf, offset).await,
             #[cfg(feature = "sim")]
-            FileInner::Sim(f) => f.write_all_at(&self.path, &buf, offset),
+            Ok(Op::Sim(f)) => f.write_all_at(&self.path, &buf, offset),
         };
         (buf, res)
     }
 
     pub async fn sync_all(&self) -> io::Result<()> {
         fail("io::fsync::err", &self.path)?;
-        match &self.inner {
-            FileInner::Std(f) => f.sync_all(),
-            FileInner::Uring(f) => f.sync_all().await,
+        match self.op()? {
+            Op::Std(f) => f.sync_all(),
+            Op::Uring(f) => f.sync_all().await,
             #[cfg(feature = "sim")]
-            FileInner::Sim(f) => f.sync_all(&self.path),
+            Op::Sim(f) => f.sync_all(&self.path),
         }
         .map_err(named("fsync", &self.path))
     }
 
     pub async fn len(&self) -> io::Result<u64> {
         match &self.inner {
-            FileInner::Std(f) => f.len(),
-            FileInner::Uring(f) => f.len(),
+            FileInner::Real(f) => f.std().len(),
             #[cfg(feature = "sim")]
             FileInner::Sim(f) => f.len(&self.path),
         }
@@ -648,8 +678,7 @@ impl File {
     pub async fn set_len(&self, len: u64) -> io::Result<()> {
         fail("io::set_len::err", &self.path)?;
         match &self.inner {
-            FileInner::Std(f) => f.set_len(len),
-            FileInner::Uring(f) => f.set_len(len),
+            FileInner::Real(f) => f.std().set_len(len),
             #[cfg(feature = "sim")]
             FileInner::Sim(f) => f.set_len(&self.path, len),
         }

@@ -5,12 +5,14 @@ use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::direct_io::{eof, short_read_hit_eof};
 use crate::OpenMode;
 
 pub(crate) struct StdFile {
-    file: fs::File,
+    /// Shared with the file's io-uring state (`select.rs`).
+    file: Arc<fs::File>,
     direct: bool,
 }
 
@@ -28,8 +30,12 @@ pub(crate) fn open_file(path: &Path, mode: OpenMode) -> io::Result<fs::File> {
 }
 
 impl StdFile {
-    pub fn open(path: &Path, mode: OpenMode) -> io::Result<StdFile> {
-        Ok(StdFile { file: open_file(path, mode)?, direct: mode.direct })
+    pub fn new(file: fs::File, mode: OpenMode) -> StdFile {
+        StdFile { file: Arc::new(file), direct: mode.direct }
+    }
+
+    pub fn shared(&self) -> &Arc<fs::File> {
+        &self.file
     }
 
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -18,6 +18,7 @@
 
 mod error;
 mod extract;
+mod io_engine;
 mod server;
 mod tenants;
 #[cfg(feature = "testing")]
@@ -63,6 +64,8 @@ const LOGGED_PATH_CHARS: usize = 256;
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/status"),
     ("GET", "/metrics"),
+    ("GET", "/v1/io_engine"),
+    ("PUT", "/v1/io_engine"),
     ("POST", "/v1/tenant"),
     ("GET", "/v1/tenant"),
     ("GET", "/v1/tenant/{tenant_id}"),
@@ -115,6 +118,7 @@ pub fn router(state: HttpState) -> Router {
     let r = Router::new()
         .route("/v1/status", get(status))
         .route("/metrics", get(prometheus_metrics))
+        .route("/v1/io_engine", get(io_engine::get).put(io_engine::put))
         .route("/v1/tenant", post(tenants::create).get(tenants::list))
         .route("/v1/tenant/{tenant_id}", get(tenants::get).delete(tenants::delete))
         .route("/v1/tenant/{tenant_id}/timeline", post(timelines::create).get(timelines::list))

@@ -4,19 +4,19 @@
 //! Reads that do not block and some buffered writes skip the ring
 //! (`inline.rs`).
 //!
-//! `open`, `len` and `set_len` are synchronous std calls, as in std-fs.
+//! `open`, `len` and `set_len` are synchronous std calls, as in std-fs
+//! (`select.rs` owns the descriptor).
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use super::inline::InlinePaths;
 use super::ring::{Kind, Request, Ring};
 use super::{BATCH_MAX_OPS, MAX_OP_BYTES};
 use crate::direct_io::{eof, short_read_hit_eof, write_zero};
-use crate::{std_fs, AlignedBuf, OpenMode, UringInline};
+use crate::{AlignedBuf, OpenMode, UringInline};
 
 /// An open file: the descriptor is shared (`Arc`) with the slots of its
 /// operations in flight, so dropping the file while the kernel still uses
@@ -46,16 +46,15 @@ pub(crate) struct Transfer<'a> {
 pub(crate) type Outcome = (AlignedBuf, io::Result<()>);
 
 impl UringFile {
-    pub fn open(
+    /// io-uring state for an open descriptor (shared with its std-fs use).
+    pub fn over(
+        file: &Arc<fs::File>,
         ring: &Arc<Ring>,
-        path: &Path,
         mode: OpenMode,
         policy: UringInline,
     ) -> io::Result<UringFile> {
-        let file = std_fs::open_file(path, mode)?;
-        let inline = InlinePaths::for_file(&file, mode, policy)
-            .map_err(|e| io::Error::new(e.kind(), format!("stat {}: {e}", path.display())))?;
-        Ok(UringFile { file: Arc::new(file), ring: ring.clone(), direct: mode.direct, inline })
+        let inline = InlinePaths::for_file(file, mode, policy)?;
+        Ok(UringFile { file: file.clone(), ring: ring.clone(), direct: mode.direct, inline })
     }
 
     /// Whether writes to this file go through the ring (see `inline.rs`).
@@ -84,14 +83,6 @@ impl UringFile {
                 res => return res.map(drop),
             }
         }
-    }
-
-    pub fn len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
-    }
-
-    pub fn set_len(&self, len: u64) -> io::Result<()> {
-        self.file.set_len(len)
     }
 
     /// A read's inline attempt (`inline.rs`) from byte `done`: `Some` ends

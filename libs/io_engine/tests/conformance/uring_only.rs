@@ -270,3 +270,37 @@ fn deny_io_uring_setup(errno: i32) {
         assert_eq!(rc, 0, "seccomp: {}", std::io::Error::last_os_error());
     }
 }
+
+/// `set_kind` switches the files already open: a file opened under std-fs
+/// reads through the ring after a switch to io-uring (a FIFO read is then
+/// in flight instead of blocking the thread), and back; a clone of the
+/// engine sees the switch too.
+#[tokio::test]
+async fn switching_engines_moves_open_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = IoEngine::new(IoEngineKind::StdFs).unwrap();
+    let clone = e.clone();
+    let (p, fifo) = open_fifo(&e, dir.path(), "fifo").await;
+    let file = e.open(&dir.path().join("f"), OpenMode::CREATE_NEW).await.unwrap();
+    write(&file, b"before", 0).await;
+
+    e.set_kind(IoEngineKind::IoUring).unwrap();
+    assert_eq!(clone.kind(), IoEngineKind::IoUring);
+    {
+        let mut fut = pin!(fifo.read_exact_at(AlignedBuf::for_read(4096), 0, 5));
+        assert!(futures::poll!(fut.as_mut()).is_pending(), "the FIFO is empty");
+        assert_eq!(e.in_flight_ops(), 1, "the read went to the ring");
+        feed(p, b"hello".to_vec()).join().unwrap();
+        let (buf, res) = fut.await;
+        res.unwrap();
+        assert_eq!(&buf[..], b"hello");
+    }
+    assert_eq!(read(&file, 0, 6).await.unwrap(), b"before");
+    write(&file, b"during", 6).await;
+    file.sync_all().await.unwrap();
+
+    clone.set_kind(IoEngineKind::StdFs).unwrap();
+    assert_eq!(e.kind(), IoEngineKind::StdFs);
+    assert_eq!(read(&file, 0, 12).await.unwrap(), b"beforeduring");
+    assert_eq!(e.in_flight_ops(), 0);
+}
