@@ -8,8 +8,10 @@
 //! overlap or touch, up to `MAX_CHUNK` bytes, so a chunk shared by several
 //! values (or by the same key at several LSNs) is read exactly once.
 //!
-//! Chunk reads run concurrently (with the io-uring engine, all in flight at
-//! once), bounded three ways: at most `MAX_CHUNK_READS_PER_GET` per get
+//! Chunk reads run concurrently: those of layer files as one batch of the
+//! IO engine per wave (with io-uring, submitted with one `io_uring_enter`
+//! and all in flight at once), those of in-memory layers beside it. They are
+//! bounded three ways: at most `MAX_CHUNK_READS_PER_GET` per get
 //! (more chunks go in waves), and permits of the timeline's and the process's read semaphores
 //! ([`ReadLimits`]), taken once per get for as many reads as it runs at a
 //! time. Permits are taken timeline first, then process: one order, so
@@ -19,6 +21,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use io_engine::{AlignedBuf, IoEngine, ReadAt};
 use pageserver_api::key::Key;
 use smallvec::SmallVec;
 use utils::lsn::Lsn;
@@ -103,8 +106,16 @@ pub struct ReadStats {
     pub bytes: u64,
 }
 
+/// One chunk read: of a layer file (batched), or any other (an in-memory
+/// layer's, which may copy from memory).
+enum ChunkRead<'a, F> {
+    File(ReadAt<'a>),
+    Other(F),
+}
+
 /// Read `queries` (key at LSN) through `layers` (newest first).
 pub async fn read(
+    engine: &IoEngine,
     layers: &[ReadableLayer],
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
@@ -168,14 +179,12 @@ pub async fn read(
     stats.bytes = chunks.iter().map(|(_, r)| r.end - r.start).sum();
     let reads = chunks.iter().map(|(li, r)| {
         let len = (r.end - r.start) as usize;
-        async move {
-            match &layers[*li] {
-                ReadableLayer::InMemory(l) => l.read_chunk(r.start, len).await,
-                ReadableLayer::Delta(l) => l.read_chunk(r.start, len).await,
-            }
+        match &layers[*li] {
+            ReadableLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
+            ReadableLayer::Delta(l) => ChunkRead::File(l.chunk_read(r.start, len)),
         }
     });
-    let bufs = read_bounded(reads.collect(), limits).await;
+    let bufs = read_bounded(engine, reads.collect(), limits).await;
 
     // Reconstruct each unique query from the chunk bytes.
     let results: Vec<Result<Bytes, PageReconstructError>> = uniq
@@ -223,11 +232,12 @@ pub async fn read(
 /// order. Chunks become shared `Bytes` so page images are slices of them
 /// (no copy).
 async fn read_bounded<F>(
-    reads: Vec<F>,
+    engine: &IoEngine,
+    reads: Vec<ChunkRead<'_, F>>,
     limits: ReadLimits<'_>,
 ) -> Vec<Result<Bytes, Arc<std::io::Error>>>
 where
-    F: std::future::Future<Output = std::io::Result<io_engine::AlignedBuf>>,
+    F: std::future::Future<Output = std::io::Result<AlignedBuf>>,
 {
     if reads.is_empty() {
         return Vec::new();
@@ -239,11 +249,40 @@ where
     let mut out = Vec::with_capacity(reads.len());
     let mut reads = reads.into_iter().peekable();
     while reads.peek().is_some() {
-        let wave: Vec<F> = reads.by_ref().take(at_once).collect();
-        let done = futures::future::join_all(wave).await;
+        let wave: Vec<_> = reads.by_ref().take(at_once).collect();
+        let done = read_wave(engine, wave).await;
         out.extend(done.into_iter().map(|r| r.map(Bytes::from_owner).map_err(Arc::new)));
     }
     out
+}
+
+/// One wave: the file reads as one engine batch, the others beside it.
+async fn read_wave<F>(
+    engine: &IoEngine,
+    wave: Vec<ChunkRead<'_, F>>,
+) -> Vec<std::io::Result<AlignedBuf>>
+where
+    F: std::future::Future<Output = std::io::Result<AlignedBuf>>,
+{
+    let n = wave.len();
+    let (mut file_reads, mut file_at, mut others, mut other_at) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, read) in wave.into_iter().enumerate() {
+        match read {
+            ChunkRead::File(r) => (file_reads.push(r), file_at.push(i)),
+            ChunkRead::Other(f) => (others.push(f), other_at.push(i)),
+        };
+    }
+    let (from_files, from_others) =
+        tokio::join!(engine.read_exact_at_many(file_reads), futures::future::join_all(others));
+    let mut out: Vec<Option<std::io::Result<AlignedBuf>>> = (0..n).map(|_| None).collect();
+    for (i, (buf, res)) in file_at.into_iter().zip(from_files) {
+        out[i] = Some(res.map(|()| buf));
+    }
+    for (i, res) in other_at.into_iter().zip(from_others) {
+        out[i] = Some(res);
+    }
+    out.into_iter().map(|r| r.expect("every read of the wave has a result")).collect()
 }
 
 #[cfg(test)]
@@ -263,15 +302,53 @@ mod tests {
                     peak.fetch_max(now.fetch_add(1, SeqCst) + 1, SeqCst);
                     tokio::task::yield_now().await;
                     now.fetch_sub(1, SeqCst);
-                    Ok(io_engine::AlignedBuf::from_slice(&[i]))
+                    Ok(AlignedBuf::from_slice(&[i]))
                 }
             })
+            .map(ChunkRead::<'_, _>::Other)
             .collect();
-        let out = read_bounded(reads, limits).await;
+        let engine = IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap();
+        let out = read_bounded(&engine, reads, limits).await;
         let firsts: Vec<u8> = out.iter().map(|r| r.as_ref().unwrap()[0]).collect();
         assert_eq!(firsts, (0..150).collect::<Vec<u8>>());
         assert_eq!(peak.load(SeqCst), MAX_CHUNK_READS_PER_GET);
         assert_eq!(timeline.available_permits(), TIMELINE_CHUNK_READS, "permits come back");
+    }
+
+    /// File reads (one engine batch per wave) and other reads interleaved:
+    /// every result lands at its request's position.
+    #[tokio::test]
+    async fn batched_file_reads_and_others_keep_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blocks");
+        let blocks: Vec<u8> = (0..150u32).flat_map(|i| [i as u8; 4096]).collect();
+        std::fs::write(&path, &blocks).unwrap();
+        let engine = IoEngine::new(super::super::test_io_engine_kind()).unwrap();
+        let file = engine.open(&path, io_engine::OpenMode::READ).await.unwrap();
+        let timeline = tokio::sync::Semaphore::new(TIMELINE_CHUNK_READS);
+        let limits = ReadLimits { timeline: &timeline, process: process_read_slots() };
+        let reads: Vec<_> = (0..150u8)
+            .map(|i| match i % 3 {
+                0 => ChunkRead::Other(async move { Ok(AlignedBuf::from_slice(&[i])) }),
+                _ => ChunkRead::File(ReadAt {
+                    file: &file,
+                    buf: AlignedBuf::for_read(4096),
+                    offset: i as u64 * 4096,
+                    len: 4096,
+                }),
+            })
+            .collect();
+        let out = read_bounded(&engine, reads, limits).await;
+        let firsts: Vec<u8> = out.iter().map(|r| r.as_ref().unwrap()[0]).collect();
+        assert_eq!(firsts, (0..150).collect::<Vec<u8>>());
+        let past_eof = vec![ChunkRead::<'_, std::future::Ready<_>>::File(ReadAt {
+            file: &file,
+            buf: AlignedBuf::for_read(4096),
+            offset: 150 * 4096,
+            len: 4096,
+        })];
+        let err = read_bounded(&engine, past_eof, limits).await.pop().unwrap().unwrap_err();
+        assert!(err.to_string().contains("blocks"), "the error names the file: {err}");
     }
 
     #[test]

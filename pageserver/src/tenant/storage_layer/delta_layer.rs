@@ -32,7 +32,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context};
-use io_engine::{AlignedBuf, File, IoEngine, OpenMode};
+use io_engine::{AlignedBuf, File, IoEngine, OpenMode, ReadAt};
 use pageserver_api::key::{CompactKey, Key, KEY_SIZE};
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
@@ -333,17 +333,24 @@ impl DeltaLayer {
         self.key_index.partition_point(&self.index, key, lsn)
     }
 
-    /// Read `len` bytes at `offset` of the values region; both multiples
-    /// of [`Self::read_align`].
-    pub async fn read_chunk(&self, offset: u64, len: usize) -> io::Result<AlignedBuf> {
+    /// The read of `len` bytes at `offset` of the values region, both
+    /// multiples of [`Self::read_align`], for a batch
+    /// (`IoEngine::read_exact_at_many`).
+    pub fn chunk_read(&self, offset: u64, len: usize) -> ReadAt<'_> {
         debug_assert!(
             offset.is_multiple_of(self.read_align) && (len as u64).is_multiple_of(self.read_align),
             "chunk {offset}+{len} of {} is not aligned to {}",
             self.path.display(),
             self.read_align
         );
-        let at = self.values_offset + offset;
-        let (buf, res) = self.file.read_exact_at(AlignedBuf::for_read(len), at, len).await;
+        let offset = self.values_offset + offset;
+        ReadAt { file: &self.file, buf: AlignedBuf::for_read(len), offset, len }
+    }
+
+    /// `chunk_read`, on its own.
+    pub async fn read_chunk(&self, offset: u64, len: usize) -> io::Result<AlignedBuf> {
+        let ReadAt { file, buf, offset, len } = self.chunk_read(offset, len);
+        let (buf, res) = file.read_exact_at(buf, offset, len).await;
         res?; // the engine's error names the operation and the file
         Ok(buf)
     }

@@ -51,7 +51,8 @@ impl Timeline {
             timeline: &self.read_slots,
             process: vectored_read::process_read_slots(),
         };
-        let (results, stats) = vectored_read::read(&layers, queries, limits).await;
+        let (results, stats) =
+            vectored_read::read(&self.conf.io_engine, &layers, queries, limits).await;
         metrics::record_vectored_read(
             kind as usize,
             kind.label(),
