@@ -202,6 +202,8 @@ async fn status() -> Json<StatusResponse> {
 /// `GET /metrics`: the default Prometheus registry in text format.
 async fn prometheus_metrics(State(state): State<HttpState>) -> Result<Response, ApiError> {
     crate::walreceiver::refresh_metrics(&state.tenants);
+    let in_flight = state.tenants.conf().io_engine.in_flight_ops();
+    crate::metrics::storage::IO_ENGINE_IN_FLIGHT_OPS.set(in_flight as i64);
     let text = metrics::encode_text().map_err(ApiError::Internal)?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }

@@ -63,6 +63,16 @@ pub static LAYER_CORRUPTION_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 /// Tenants that could not be loaded at start-up (Broken), until deleted.
+/// File operations the IO engine has handed to the kernel and not yet
+/// finished (io-uring; 0 for std-fs), set at each scrape.
+pub static IO_ENGINE_IN_FLIGHT_OPS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "pageserver_io_engine_in_flight_ops",
+        "File operations in flight in the IO engine's ring (sampled at scrape)"
+    )
+    .unwrap()
+});
+
 pub static BROKEN_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("pageserver_broken_tenants_count", "Tenants in the Broken state")
         .expect("register metric")
@@ -95,6 +105,7 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&BROKEN_TENANTS);
     LazyLock::force(&BROKEN_TIMELINES);
     LazyLock::force(&LAYER_CORRUPTION_ERRORS);
+    LazyLock::force(&IO_ENGINE_IN_FLIGHT_OPS);
 }
 
 pub fn record_flush(elapsed: Duration, bytes: u64) {

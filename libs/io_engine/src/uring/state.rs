@@ -57,16 +57,19 @@ struct SlotWaiter {
 }
 
 /// Wakers to call and resources to drop once the state mutex is released.
+/// Each wake names its party: several parties may share one waker (the
+/// futures of one task under `join_all`), so a wake is skipped only for
+/// the very party being polled, never because its waker looks the same.
 #[derive(Default)]
 pub(super) struct Deferred {
-    pub wakes: Vec<Waker>,
+    pub wakes: Vec<(Party, Waker)>,
     pub garbage: Vec<Held>,
 }
 
 impl Deferred {
     pub fn run(self) {
         drop(self.garbage);
-        for w in self.wakes {
+        for (_, w) in self.wakes {
             w.wake();
         }
     }
@@ -112,7 +115,7 @@ impl State {
             match self.slots.complete(i, cqe.result()) {
                 Completed::Done(Some(w)) => {
                     stop_waiting(&mut self.regs, Party::Op(i), w.rt);
-                    d.wakes.push(w.waker);
+                    d.wakes.push((Party::Op(i), w.waker));
                 }
                 Completed::Done(None) => {}
                 Completed::Freed(held) => d.garbage.push(held),
@@ -200,14 +203,15 @@ impl State {
         for i in 0..self.slots.capacity() as u32 {
             if let Slot::InFlight { waiter, .. } = self.slots.get_mut(i) {
                 if waiter.as_ref().is_some_and(|w| w.rt == rt) {
-                    d.wakes.push(waiter.take().expect("checked").waker);
+                    d.wakes.push((Party::Op(i), waiter.take().expect("checked").waker));
                 }
             }
         }
-        for w in self.slot_waiters.iter_mut().flatten() {
+        for (k, w) in self.slot_waiters.iter_mut().enumerate() {
+            let Some(w) = w.as_mut() else { continue };
             if w.rt == Some(rt) {
                 w.rt = None;
-                d.wakes.push(w.waker.clone());
+                d.wakes.push((Party::SlotWaiter(k as u32), w.waker.clone()));
             }
         }
     }
@@ -253,7 +257,8 @@ impl State {
         self.settle(uring, d);
         match self.slots.take_done(i) {
             Some(done) => {
-                d.wakes.retain(|w| !w.will_wake(waker));
+                // Its own completion needs no wake: it is being polled.
+                d.wakes.retain(|(p, _)| *p != Party::Op(i));
                 self.wake_queue_front(d);
                 Polled::Ready(done)
             }
@@ -343,7 +348,7 @@ impl State {
         let Some(&k) = self.slot_queue.front() else { return };
         let w = self.slot_waiters[k as usize].as_ref().expect("queued");
         if self.slots.free_count() >= w.needed {
-            d.wakes.push(w.waker.clone());
+            d.wakes.push((Party::SlotWaiter(k), w.waker.clone()));
         }
     }
 

@@ -304,3 +304,53 @@ async fn switching_engines_moves_open_files() {
     assert_eq!(read(&file, 0, 12).await.unwrap(), b"beforeduring");
     assert_eq!(e.in_flight_ops(), 0);
 }
+
+/// Counts the wakes of a waker (all its clones `will_wake` each other).
+#[derive(Default)]
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl futures::task::ArcWake for CountingWaker {
+    fn wake_by_ref(arc_self: &std::sync::Arc<Self>) {
+        arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The futures of one task share its waker (as under `join_all`). When
+/// polling one of them reaps the completion of another that was already
+/// polled, the task must still be woken for it, even though the waker is
+/// the one of the future being polled (a lost wake hung reads of the page
+/// service under direct IO).
+#[tokio::test]
+async fn a_completion_reaped_by_a_sibling_future_still_wakes_the_task() {
+    use std::future::Future;
+    use std::task::Context;
+    let dir = tempfile::tempdir().unwrap();
+    let e = URING.engine();
+    let (pa, fa) = open_fifo(&e, dir.path(), "a").await;
+    let (pb, fb) = open_fifo(&e, dir.path(), "b").await;
+    let counter = std::sync::Arc::new(CountingWaker::default());
+    let waker = futures::task::waker(counter.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut a = pin!(fa.read_exact_at(AlignedBuf::for_read(4096), 0, 1));
+    let mut b = pin!(fb.read_exact_at(AlignedBuf::for_read(4096), 0, 1));
+    assert!(b.as_mut().poll(&mut cx).is_pending(), "FIFO b is empty");
+    assert!(a.as_mut().poll(&mut cx).is_pending(), "FIFO a is empty");
+    feed(pa, vec![1]).join().unwrap();
+    feed(pb, vec![2]).join().unwrap();
+    // The kernel posts both completions (task work of this thread, run
+    // when it leaves the sleep syscall).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let before = counter.0.load(std::sync::atomic::Ordering::SeqCst);
+    let std::task::Poll::Ready((buf, res)) = a.as_mut().poll(&mut cx) else {
+        panic!("a's read completed")
+    };
+    res.unwrap();
+    assert_eq!(&buf[..], [1]);
+    let after = counter.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(after > before, "b's completion, reaped while polling a, wakes the task");
+    let std::task::Poll::Ready((buf, res)) = b.as_mut().poll(&mut cx) else {
+        panic!("b's read completed")
+    };
+    res.unwrap();
+    assert_eq!(&buf[..], [2]);
+}
