@@ -282,3 +282,42 @@ fn stream_level_errors_name_the_lsn() {
     assert_eq!(decoder.poll_decode(), Ok(None));
     assert_eq!(decoder.lsn(), w.start);
 }
+
+/// The server crashed while writing a record that spans pages; after
+/// recovery it wrote from the next page on, flagged
+/// XLP_FIRST_IS_OVERWRITE_CONTRECORD, starting with an
+/// XLOG_OVERWRITE_CONTRECORD record. The partial record is dropped and
+/// decoding goes on with the new records.
+#[test]
+fn an_overwritten_partial_record_is_dropped() {
+    let version = PgMajorVersion::V16;
+    let mut w = WalWriter::new(Lsn(WAL_SEGMENT_SIZE + 40), version);
+    let first = w.record_of_len(64, 1);
+    let abandoned = w.record_of_len(10_000, 2);
+    let next_page = Lsn((abandoned.0 / PAGE + 1) * PAGE);
+    w.out.truncate((next_page.0 - w.start.0) as usize);
+    w.records.pop();
+    w.prev = first;
+    // xl_overwrite_contrecord: the abandoned record's LSN and a timestamp.
+    let mut body = vec![255u8, 16];
+    body.extend_from_slice(&abandoned.0.to_le_bytes());
+    body.extend_from_slice(&0i64.to_le_bytes());
+    let overwrite = w.record(0, 0xD0, 0, &body);
+    assert_eq!(overwrite, next_page + 24u64, "the new record starts the page");
+    let page_at = (next_page.0 - w.start.0) as usize;
+    w.out[page_at + 2] |= 0x08; // XLP_FIRST_IS_OVERWRITE_CONTRECORD
+    let after = w.record_of_len(64, 3);
+
+    let mut decoder = WalStreamDecoder::new(w.start, version);
+    decoder.feed_bytes(&w.out);
+    let mut lsns = Vec::new();
+    while let Some(r) = decoder.poll_decode().expect("decodes past the abandoned record") {
+        lsns.push(r.lsn);
+    }
+    assert_eq!(lsns, [first, overwrite, after]);
+
+    // Without the flag the page contradicts the record being assembled.
+    w.out[page_at + 2] &= !0x08;
+    let err = decode_all(w.start, version, &w.out).unwrap_err();
+    assert_eq!(err.lsn, abandoned);
+}

@@ -278,9 +278,22 @@ impl WalStreamDecoder {
     }
 
     /// The page continues the record being assembled, exactly; or, when
-    /// none is, it does not claim to continue one.
-    fn check_continuation(&self, page_lsn: Lsn, h: &PageHeader) -> Result<(), WalDecodeError> {
+    /// none is, it does not claim to continue one. A page flagged
+    /// `XLP_FIRST_IS_OVERWRITE_CONTRECORD` ends the record being assembled
+    /// instead: the server crashed while writing it, never completed it,
+    /// and after recovery wrote new records from this page on (the first
+    /// one an `XLOG_OVERWRITE_CONTRECORD` naming it). The partial record is
+    /// dropped, as PostgreSQL's own reader does; nothing of it was handed
+    /// out, and `xl_prev` of the next record names the record before it.
+    fn check_continuation(&mut self, page_lsn: Lsn, h: &PageHeader) -> Result<(), WalDecodeError> {
         let is_cont = h.info & XLP_FIRST_IS_CONTRECORD != 0;
+        let overwrites = h.info & XLP_FIRST_IS_OVERWRITE_CONTRECORD != 0;
+        if overwrites && !is_cont {
+            if self.spanning.take().is_some() {
+                self.next_record = page_lsn;
+            }
+            return Ok(());
+        }
         match &self.spanning {
             Some(s) => {
                 let left = s.tot_len - s.bytes.len();
