@@ -311,11 +311,16 @@ impl IoEngine {
     pub async fn open(&self, path: &Path, mode: OpenMode) -> io::Result<File> {
         fail("io::open::err", path)?;
         let slot = self.take_open_slot(path)?;
-        let inner = dispatch!(self, |fs| FileInner::Sim(fs.open(path, mode)?), {
-            let file = std_fs::open_file(path, mode)?;
-            FileInner::Real(RealFile::new(file, mode, self.uring_inline, self.selected.clone()))
-        });
-        Ok(File { inner, path: path.to_path_buf(), direct: mode.direct, _slot: slot })
+        let (inner, align) =
+            dispatch!(self, |fs| (FileInner::Sim(fs.open(path, mode)?), DIRECT_IO_ALIGN), {
+                let file = std_fs::open_file(path, mode)?;
+                let align =
+                    if mode.direct { direct_io::offset_align_of(&file) } else { DIRECT_IO_ALIGN };
+                let selected = self.selected.clone();
+                (FileInner::Real(RealFile::new(file, mode, self.uring_inline, selected)), align)
+            });
+        let direct_align = if mode.direct { Some(align) } else { None };
+        Ok(File { inner, path: path.to_path_buf(), direct_align, _slot: slot })
     }
 
     /// Create a directory and its missing parents (not durable by itself:
@@ -550,14 +555,22 @@ enum Op<'a> {
 pub struct File {
     inner: FileInner,
     path: PathBuf,
-    /// Opened with `O_DIRECT`: requests are checked for alignment.
-    direct: bool,
+    /// Opened with `O_DIRECT`: the offset and length alignment requests
+    /// are checked against (`direct_io.rs`).
+    direct_align: Option<usize>,
     _slot: OpenFileSlot,
 }
 
 impl File {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// For a file opened with direct IO: the multiple every read's and
+    /// write's offset and length must be (512 or 4096, see `direct_io.rs`).
+    /// `None` for a buffered file.
+    pub fn direct_io_align(&self) -> Option<usize> {
+        self.direct_align
     }
 
     /// Read exactly `len` bytes at `offset` into `buf` (its old content is
@@ -586,10 +599,8 @@ impl File {
     }
 
     fn check_direct(&self, op: &str, offset: u64, len: usize, buf: &AlignedBuf) -> io::Result<()> {
-        if !self.direct {
-            return Ok(());
-        }
-        direct_io::check_aligned(op, &self.path, offset, len, buf.as_ptr() as usize)
+        let Some(align) = self.direct_align else { return Ok(()) };
+        direct_io::check_aligned(op, &self.path, align, offset, len, buf.as_ptr() as usize)
     }
 
     /// The engine an operation starting now runs on (`select.rs`).

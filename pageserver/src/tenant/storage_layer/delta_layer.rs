@@ -16,9 +16,9 @@
 //!
 //! Direct IO (`direct_io` in the config): every region is block-aligned, so
 //! a layer is written (whole aligned buffers, the copy double-buffered) and
-//! read with `O_DIRECT`; reads are then aligned to `DIRECT_IO_ALIGN`
-//! ([`DeltaLayer::read_align`]). The header and index are read once at load
-//! through the page cache.
+//! read with `O_DIRECT`; reads are then aligned to what the file system
+//! asks, 512 or 4096 bytes ([`DeltaLayer::read_align`]). The header and
+//! index are read once at load through the page cache.
 //!
 //! Writing is crash safe: write `<name>.___temp`, fsync, rename; the
 //! directory fsync that makes the rename durable is the one of the manifest
@@ -68,6 +68,15 @@ pub struct DeltaLayer {
 async fn write_at(file: &File, data: AlignedBuf, offset: u64) -> io::Result<AlignedBuf> {
     let (buf, res) = file.write_all_at(data, offset).await;
     res.map(|_| buf)
+}
+
+/// Chunk reads of `file` start and end on multiples of this: the file's
+/// direct IO alignment (512 or 4096), or 512 through the page cache. The
+/// values region starts at a multiple of it (`BLOCK_BYTES` is one).
+fn read_align_of(file: &File) -> u64 {
+    let align = file.direct_io_align().map_or(BUFFERED_READ_ALIGN, |a| a as u64);
+    assert!(BLOCK_BYTES.is_multiple_of(align), "alignment {align} divides the layout's blocks");
+    align
 }
 
 /// Zero-fill `buf` up to the next block boundary (a direct write's length
@@ -219,7 +228,7 @@ impl DeltaLayer {
         let index_bytes = (index.len() * INDEX_ENTRY_SIZE + 4) as u64;
         assert_eq!(file_size, layout.file_size(index_offset, index_bytes), "{}", path.display());
         let key_index = KeyIndex::build(&index);
-        let read_align = if direct_io { BLOCK_BYTES } else { BUFFERED_READ_ALIGN };
+        let read_align = read_align_of(&file);
         let values_offset = layout.values_offset();
         Ok(DeltaLayer { name, path, file_size, file, values_offset, read_align, index, key_index })
     }
@@ -286,11 +295,12 @@ impl DeltaLayer {
         let index = decode_index(&ibuf, &h)?;
         let key_index = KeyIndex::build(&index);
         // Version 1 files are not block-aligned: they stay buffered.
-        let (file, read_align) = if direct_io && layout.direct_io_capable() {
-            (engine.open(path, OpenMode::READ.with_direct(true)).await?, BLOCK_BYTES)
+        let file = if direct_io && layout.direct_io_capable() {
+            engine.open(path, OpenMode::READ.with_direct(true)).await?
         } else {
-            (file, BUFFERED_READ_ALIGN)
+            file
         };
+        let read_align = read_align_of(&file);
         Ok(DeltaLayer {
             name,
             path: path.to_path_buf(),

@@ -14,8 +14,9 @@
 //! Direct IO (`direct_io` in the config): the file is opened with
 //! `O_DIRECT`. Its writes are whole tails (`TAIL_SIZE`, block aligned, at
 //! block-aligned offsets), double-buffered by `tail` and `pending`; a read
-//! of the on-disk part reads the enclosing aligned blocks (all below
-//! `flushed_len`, which is a multiple of `TAIL_SIZE`) and copies the range.
+//! of the on-disk part reads the enclosing blocks of the file's direct IO
+//! alignment (all below `flushed_len`, which is a multiple of `TAIL_SIZE`)
+//! and copies the range.
 //!
 //! The file is removed (through the IO engine's synchronous
 //! `remove_from_drop`: `Drop` cannot await) when the `EphemeralFile` is dropped (its layer has been
@@ -200,7 +201,7 @@ impl EphemeralFile {
             let (tmp, res) = self.file.read_exact_at(AlignedBuf::for_read(n), offset, n).await;
             return res.map(|_| tmp);
         }
-        let block = DIRECT_IO_ALIGN as u64;
+        let block = self.file.direct_io_align().expect("opened for direct IO") as u64;
         let start = offset / block * block;
         let end = (offset + n as u64).next_multiple_of(block);
         debug_assert!(end <= self.state.read().unwrap().flushed_len, "aligned read past disk");
