@@ -17,6 +17,7 @@ import pytest
 
 from fixtures.backup import check_indexes, fetch_backup, restore, table_checksums
 from fixtures.compare import import_backup
+from fixtures.http import PageserverApiError
 from fixtures.libpq import ServerError
 from fixtures.pagestream import parse_lsn
 from fixtures.vanilla_pg import PG_BIN_DIRS
@@ -124,6 +125,7 @@ def test_fullbackup_of_imported_backup(pageserver, small_backup, test_output_dir
     tl = import_backup(pageserver, small_backup)
     lsn = parse_lsn(pageserver.http_client().timeline_get(tl.tenant_id, tl.timeline_id)["last_record_lsn"])
     pg = start_on_fullbackup(pageserver, tl.tenant_id, tl.timeline_id, lsn, 15, test_output_dir, port_distributor.get())
+    check_http_fullbackup(pageserver, tl.tenant_id, tl.timeline_id, lsn, test_output_dir)
     try:
         assert pg.psql("SELECT count(*), sum(id), bool_and(v = repeat('x', 100)) FROM t") == "20000|200010000|t"
         assert pg.psql("SELECT count(*), sum(g) FROM u", dbname="other") == "1000|500500"
@@ -131,6 +133,31 @@ def test_fullbackup_of_imported_backup(pageserver, small_backup, test_output_dir
     finally:
         pg.stop(mode="immediate")
         pg.remove()
+
+
+def tar_files(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as t:
+        return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+
+
+def check_http_fullbackup(ps, tenant: str, timeline: str, lsn: int, out: Path) -> None:
+    """GET .../fullbackup streams the same files as the libpq command."""
+    http = ps.http_client()
+    path = f"/v1/tenant/{tenant}/timeline/{timeline}/fullbackup"
+    dest = out / "http_full.tar"
+    with http.request("GET", path, params={"lsn": fmt_lsn(lsn)}, stream=True) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "application/x-tar", r.text
+        assert "content-length" not in r.headers, "streamed, not buffered"
+        with open(dest, "wb") as f:
+            for chunk in r.iter_content(1 << 20):
+                f.write(chunk)
+    assert tar_files(dest) == tar_files(out / f"full_{lsn:X}.tar")
+    with pytest.raises(PageserverApiError) as e:
+        http.request("GET", path, params={"lsn": fmt_lsn(lsn + 8)})
+    assert e.value.status == 400 and "outside the readable range" in e.value.msg, e.value
+    with pytest.raises(PageserverApiError) as e:
+        http.request("GET", path, params={"lsn": "nope"})
+    assert e.value.status == 400, e.value
 
 
 def control_data(major: int, datadir: Path) -> dict[str, str] | None:
