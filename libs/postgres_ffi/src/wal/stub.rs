@@ -46,7 +46,8 @@ pub struct SegmentParams {
 pub fn normalize_lsn(lsn: Lsn, seg_size: u64) -> Lsn {
     let page_start = lsn.0 - lsn.0 % XLOG_BLCKSZ as u64;
     let header =
-        if page_start % seg_size == 0 { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN } as u64;
+        if page_start.is_multiple_of(seg_size) { XLOG_LONG_PHD_LEN } else { XLOG_SHORT_PHD_LEN }
+            as u64;
     Lsn(lsn.0.max(page_start + header))
 }
 
@@ -133,7 +134,7 @@ fn write_page_header(seg: &mut [u8], p: &SegmentParams, seg_start: u64, page: us
 fn write_record(seg: &mut [u8], p: &SegmentParams, seg_start: u64, mut off: usize, rec: &[u8]) {
     let mut left = rec;
     while !left.is_empty() {
-        if off % XLOG_BLCKSZ == 0 {
+        if off.is_multiple_of(XLOG_BLCKSZ) {
             let page = off / XLOG_BLCKSZ;
             assert!(page > 0, "a record crossing into the next segment");
             write_page_header(seg, p, seg_start, page, left.len() as u32);
