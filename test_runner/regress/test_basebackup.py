@@ -180,6 +180,9 @@ def check_basebackup(ps, tenant: str, timeline: str, lsn: int, major: int, out: 
     with tarfile.open(fileobj=gzip.open(gz)) as t:
         unzipped = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
     assert unzipped == files, "--gzip: the same files"
+    # The daemon keeps no replication slot state: --replica has nothing to leave out.
+    replica = fetch_backup(ps, "basebackup", tenant, timeline, out / "replica.tar", fmt_lsn(lsn), "--replica")
+    assert tar_files(replica) == files
     for d in ["global", "base", "pg_wal", "pg_xact", "pg_multixact/offsets", "pg_twophase", "pg_replslot", "pg_tblspc"]:
         assert d in dirs, f"directory {d} missing"
     assert files["PG_VERSION"] == f"{major}\n".encode()

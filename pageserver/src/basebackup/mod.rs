@@ -149,8 +149,9 @@ pub async fn send_tarball<S: ChunkSink>(
     rels::write_relations(&mut tar, tl, &opts, p.version).await?;
     datadir::write_slrus(&mut tar, tl, &opts).await?;
     datadir::write_twophase(&mut tar, tl, &opts, p.version, &p.control).await?;
+    // Read once: the signal files and the checkpoint record's xl_prev agree.
+    let prev = tl.prev_record_lsn(opts.lsn);
     if !opts.full {
-        let prev = tl.prev_record_lsn(opts.lsn);
         let text = match prev {
             Some(prev) => format!("PREV LSN: {prev}"),
             None => "PREV LSN: none".to_string(),
@@ -158,7 +159,7 @@ pub async fn send_tarball<S: ChunkSink>(
         tar.file("neon.signal", text.as_bytes()).await?;
         tar.file("zenith.signal", text.as_bytes()).await?;
     }
-    p.control.write(&mut tar, tl.prev_record_lsn(opts.lsn)).await?;
+    p.control.write(&mut tar, prev).await?;
     let bytes = tar.bytes_written;
     let sink = tar.finish().await?;
     info!(
