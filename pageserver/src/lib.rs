@@ -6,6 +6,7 @@
 //! (libpq pagestream), `http` (management API), `metrics` (Prometheus).
 
 pub mod background;
+pub mod basebackup;
 pub mod config;
 pub mod http;
 pub mod import;

@@ -7,7 +7,10 @@
 //!   value means "dropped" (the store has no deletes, so a drop is a write);
 //! - directories: see `dirs` (our compact versioned format); an empty value
 //!   at a relation-directory key means the database was dropped;
-//! - relmap file, two-phase file, control file, checkpoint: raw bytes.
+//! - relmap file, control file, checkpoint: raw bytes;
+//! - two-phase file: the state as the PREPARE record holds it, without the
+//!   trailing CRC-32C of the file on disk (import strips and checks it, a
+//!   base backup appends it).
 //!
 //! Invariants kept by `DatadirModification` (all changes of one LSN commit
 //! together, with one `finish_write`):
@@ -40,6 +43,7 @@ use crate::tenant::{GetVectoredError, PageReconstructError, ReadKind, Timeline};
 pub use dirs::{DbDirectory, DirDecodeError, RelDirectory, SlruDirectory, TwoPhaseDirectory};
 pub use keyspace::collect_keyspace;
 pub use modification::DatadirModification;
+pub(crate) use reads::rel_sizes;
 pub use reads::{
     get_db_size, get_rel_exists, get_rel_pages_batched, get_rel_size, get_slru_segment, list_dbs,
     list_rels, list_slru_segments,

@@ -16,6 +16,7 @@
 //!   `http_max_concurrent_requests` requests in flight (503 beyond), and the
 //!   connection limits and timeouts of `server.rs`.
 
+mod backup;
 mod error;
 mod extract;
 mod io_engine;
@@ -75,6 +76,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}"),
     ("DELETE", "/v1/tenant/{tenant_id}/timeline/{timeline_id}"),
     ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/keyspace"),
+    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/fullbackup"),
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/import_basebackup"),
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
     ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
@@ -124,6 +126,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/tenant/{tenant_id}/timeline", post(timelines::create).get(timelines::list))
         .route(TL, get(timelines::get).delete(timelines::delete))
         .route(&format!("{TL}/keyspace"), get(timelines::keyspace))
+        .route(&format!("{TL}/fullbackup"), get(backup::fullbackup))
         .route(&format!("{TL}/import_basebackup"), axum::routing::put(timelines::import_basebackup))
         .route(
             &format!("{TL}/checkpoint"),

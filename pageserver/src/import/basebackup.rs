@@ -455,11 +455,43 @@ where
                 )));
             }
             let img = src.read_exact(size as usize, path).await?;
-            m.put_twophase_file(xid, img).await?;
+            let state = twophase_state(&img)
+                .map_err(|e| ImportError::BadTar(format!("two-phase file '{path}': {e}")))?;
+            m.put_twophase_file(xid, state).await?;
         }
         PgFile::BackupLabel | PgFile::PgVersion | PgFile::Control | PgFile::Other => {
             unreachable!("not a data entry: {path}")
         }
     }
     Ok(())
+}
+
+/// The state of a two-phase file, as the PREPARE record holds it (what the
+/// timeline stores): the file without its trailing CRC-32C, checked.
+fn twophase_state(file: &Bytes) -> Result<Bytes, String> {
+    let Some(body_len) = file.len().checked_sub(4) else {
+        return Err(format!("{} bytes, too short for its CRC", file.len()));
+    };
+    let stored = u32::from_le_bytes(file[body_len..].try_into().unwrap());
+    let computed = crc32c::crc32c(&file[..body_len]);
+    if stored != computed {
+        return Err(format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"));
+    }
+    Ok(file.slice(..body_len))
+}
+
+#[cfg(test)]
+mod twophase_tests {
+    use super::*;
+
+    #[test]
+    fn twophase_file_crc_is_checked_and_stripped() {
+        let mut file = b"state".to_vec();
+        file.extend_from_slice(&crc32c::crc32c(b"state").to_le_bytes());
+        assert_eq!(&twophase_state(&Bytes::from(file.clone())).unwrap()[..], b"state");
+        file[0] ^= 1;
+        let e = twophase_state(&Bytes::from(file)).unwrap_err();
+        assert!(e.starts_with("CRC mismatch"), "{e}");
+        assert!(twophase_state(&Bytes::from_static(b"abc")).unwrap_err().contains("too short"));
+    }
 }

@@ -31,7 +31,7 @@ use utils::quote::{escape_for_log, quote};
 
 use super::auth::{check_permission, Claims};
 use super::error::{sqlstate, QueryError};
-use super::{stream, ServiceState};
+use super::{backup, stream, ServiceState};
 use crate::metrics::page_service::METRICS;
 use pageserver_api::config::AuthType;
 use pq_proto::backend as be;
@@ -298,6 +298,13 @@ impl Connection {
             be::empty_query_response(self.writer.buf());
             return Ok(Next::Query);
         };
+        if backup::is_backup_command(command) {
+            let req = backup::parse(command, &words.collect::<Vec<_>>())?;
+            self.check_permission(req.tenant)?;
+            let tl = self.state.tenants.get_timeline(req.tenant, req.timeline)?;
+            backup::send(&req, tl, &mut self.writer, &self.cancel).await?;
+            return Ok(Next::Query);
+        }
         let version = if command.eq_ignore_ascii_case("pagestream_v2") {
             PagestreamProtocolVersion::V2
         } else if command.eq_ignore_ascii_case("pagestream_v3") {

@@ -6,6 +6,7 @@
 //! - libpq framing and messages: `libs/pq_proto` (server side);
 //! - `auth`: JWT (EdDSA) validation and per-tenant permission checks;
 //! - `connection`: one session: startup, auth, simple queries, pagestream command;
+//! - `backup`: the `basebackup`/`fullbackup` commands (COPY OUT of a tar);
 //! - `stream`: one pagestream: request reading, end conditions, mode dispatch;
 //! - `serial` / `pipelined`: the two handler modes (the reader/executor
 //!   contract is documented at the top of `pipelined`);
@@ -22,6 +23,7 @@
 //!   every wait, so the timeout is a safety net, not the expected path.
 
 mod auth;
+mod backup;
 mod batch;
 mod connection;
 mod error;

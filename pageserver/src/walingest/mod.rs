@@ -73,6 +73,7 @@ impl WalIngest {
         m: &mut DatadirModification<'_>,
     ) -> anyhow::Result<Ingested> {
         debug_assert_eq!(m.lsn(), rec.end_lsn);
+        self.checkpoint.note_xid(rec.xid);
         let outcome = native::apply(self, rec, m)
             .await
             .with_context(|| format!("record at {} (rmgr {})", rec.lsn, rec.rmid))?;

@@ -28,6 +28,13 @@ const FORKS: [u8; 4] = [0, 1, 2, 3];
 const FSM_FORK: u8 = 1;
 const VM_FORK: u8 = 2;
 
+/// `FirstNormalTransactionId`: xids below it are special.
+const FIRST_NORMAL_XID: u32 = 3;
+/// `nextXid` advances in steps of this many xids (a power of two; a CLOG
+/// page holds a multiple of it, so a rounded value stays on the page of
+/// the xid or starts the next one, which PostgreSQL's start-up allows).
+const XID_CHECKPOINT_INTERVAL: u64 = 1024;
+
 /// The checkpoint as WAL moves it (`nextOid`, `nextMulti`...).
 pub struct CheckpointState {
     version: PgMajorVersion,
@@ -46,6 +53,31 @@ impl CheckpointState {
         let before = self.current;
         f(&mut self.current);
         self.dirty |= self.current != before;
+    }
+
+    /// Move `nextXid` past `xid`, an xid seen in WAL, so that a server
+    /// started from this checkpoint never reuses it (a checkpoint record's
+    /// `nextXid` is taken when the checkpoint starts; transactions go on
+    /// meanwhile). Rounded up to [`XID_CHECKPOINT_INTERVAL`]: the value is
+    /// rewritten once per that many xids, not per record. 64-bit
+    /// arithmetic: `nextXid` carries the epoch.
+    pub fn note_xid(&mut self, xid: u32) {
+        if xid < FIRST_NORMAL_XID {
+            return;
+        }
+        let next = self.current.next_xid;
+        let (epoch, next_lo) = (next >> 32, next as u32);
+        // Modulo-2^32 comparison, as TransactionIdPrecedes: older xids are ignored.
+        if (xid.wrapping_sub(next_lo) as i32) < 0 {
+            return;
+        }
+        let epoch = if xid < next_lo { epoch + 1 } else { epoch };
+        let full = (epoch << 32) | xid as u64;
+        let mut new_next = (full + XID_CHECKPOINT_INTERVAL) & !(XID_CHECKPOINT_INTERVAL - 1);
+        if (new_next as u32) < FIRST_NORMAL_XID {
+            new_next |= FIRST_NORMAL_XID as u64; // past the special xids of a new epoch
+        }
+        self.update(|c| c.next_xid = c.next_xid.max(new_next));
     }
 
     /// True once per change: the caller then stores `encode()`.
@@ -218,7 +250,8 @@ async fn database(r: DatabaseRecord, m: &mut DatadirModification<'_>) -> anyhow:
 fn xlog(r: XlogRecord, checkpoint: &mut CheckpointState) -> bool {
     match r {
         XlogRecord::Checkpoint { checkpoint: cp, shutdown } => {
-            checkpoint.update(|c| *c = cp);
+            // Keep the xids seen since the checkpoint began (`note_xid`).
+            checkpoint.update(|c| *c = CheckPoint { next_xid: cp.next_xid.max(c.next_xid), ..cp });
             shutdown
         }
         XlogRecord::NextOid(oid) => {
@@ -267,4 +300,46 @@ async fn vm_clear(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(next_xid: u64) -> CheckpointState {
+        let v = PgMajorVersion::V16;
+        let mut raw = vec![0u8; postgres_ffi::controlfile::CHECKPOINT_SIZE];
+        CheckPoint { next_xid, ..Default::default() }.encode_into(&mut raw, v);
+        CheckpointState::new(Bytes::from(raw), v)
+    }
+
+    #[test]
+    fn next_xid_moves_past_every_xid_seen() {
+        let mut s = state((1 << 32) | 750);
+        s.note_xid(700); // older: nothing
+        s.note_xid(2); // special: nothing
+        assert!(!s.take_dirty());
+        s.note_xid(750);
+        assert_eq!(s.current.next_xid, (1 << 32) | 1024);
+        assert!(s.take_dirty());
+        s.note_xid(1000); // still below the rounded value: no rewrite
+        assert!(!s.take_dirty());
+        s.note_xid(1024);
+        assert_eq!(s.current.next_xid, (1 << 32) | 2048);
+        // Wraparound: the xid after u32::MAX is in the next epoch.
+        let mut s = state((1 << 32) | 0xFFFF_FF00);
+        s.note_xid(0xFFFF_FFF0);
+        assert_eq!(s.current.next_xid, (2 << 32) | FIRST_NORMAL_XID as u64);
+        s.note_xid(5);
+        assert_eq!(s.current.next_xid, (2 << 32) | 1024);
+        // A checkpoint record does not move nextXid back.
+        xlog(
+            XlogRecord::Checkpoint {
+                checkpoint: CheckPoint { next_xid: (2 << 32) | 10, ..Default::default() },
+                shutdown: false,
+            },
+            &mut s,
+        );
+        assert_eq!(s.current.next_xid, (2 << 32) | 1024);
+    }
 }

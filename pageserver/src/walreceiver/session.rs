@@ -151,7 +151,9 @@ async fn ingest_message(
     let started = Instant::now();
     let mut modification: Option<DatadirModification<'_>> = None;
     let mut shutdown_checkpoint = false;
+    let mut last: Option<(Lsn, Lsn)> = None;
     while let Some(rec) = decoder.poll_decode()? {
+        last = Some((rec.end_lsn, rec.lsn));
         if crate::walingest::reads_committed_state(&rec) {
             if let Some(m) = modification.take() {
                 m.commit().await?;
@@ -174,6 +176,9 @@ async fn ingest_message(
     if let Some(m) = modification {
         m.commit().await?;
         METRICS.ingest_seconds.observe(started.elapsed().as_secs_f64());
+    }
+    if let Some((end, start)) = last {
+        tl.set_last_record(end, start);
     }
     Ok(shutdown_checkpoint)
 }

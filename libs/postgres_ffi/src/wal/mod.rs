@@ -27,6 +27,7 @@ pub mod pglz;
 pub mod record;
 pub mod rmgr;
 pub mod stream;
+pub mod stub;
 
 pub use record::decode_record;
 pub use stream::WalStreamDecoder;

@@ -47,6 +47,7 @@ use wal_source::{ReceiverStatus, WalSource};
 mod writer;
 
 use log_limit::PerKeyLogLimit;
+pub use read::LsnNotReadable;
 pub use rel_size_cache::RelSizeCache;
 pub use writer::TimelineWriter;
 
@@ -103,6 +104,11 @@ pub struct Timeline {
     min_readable_lsn: AtomicU64,
     /// Set by the WAL receiver, read by the API.
     pub receiver_status: Mutex<ReceiverStatus>,
+    /// (end, start) of the last WAL record ingested, as the WAL receiver
+    /// reports it after committing it; `None` until it does (imports,
+    /// restart). Not persisted: only a base backup at exactly `end` uses it
+    /// (`PREV LSN`), and without it says `none`.
+    last_record: Mutex<Option<(Lsn, Lsn)>>,
 }
 
 impl Timeline {
@@ -158,6 +164,7 @@ impl Timeline {
             min_readable_lsn: AtomicU64::new(readable_from(md.initial_lsn, &wal_source).0),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
+            last_record: Mutex::new(None),
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
@@ -189,6 +196,22 @@ impl Timeline {
     /// follows a primary, the LSN where its base backup became consistent.
     pub fn min_readable_lsn(&self) -> Lsn {
         Lsn(self.min_readable_lsn.load(Ordering::Acquire))
+    }
+
+    /// The WAL receiver committed a record that started at `start` and
+    /// ended at `end` (= `last_record_lsn` now).
+    pub fn set_last_record(&self, end: Lsn, start: Lsn) {
+        debug_assert!(start < end, "record {start}..{end}");
+        *self.last_record.lock().unwrap() = Some((end, start));
+    }
+
+    /// Start of the record that ends at `lsn`, when known: the record
+    /// before a compute's first (`xl_prev`).
+    pub fn prev_record_lsn(&self, lsn: Lsn) -> Option<Lsn> {
+        match *self.last_record.lock().unwrap() {
+            Some((end, start)) if end == lsn => Some(start),
+            _ => None,
+        }
     }
 
     /// The primary this timeline follows, if any.

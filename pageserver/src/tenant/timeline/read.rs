@@ -17,7 +17,28 @@ use super::super::{vectored_read, GetVectoredError, PageReconstructError, ReadKi
 use super::Timeline;
 use crate::metrics::storage as metrics;
 
+/// Why an LSN cannot be read (whatever WAL may still arrive).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("LSN {lsn} is below the timeline's first readable LSN {min_readable} (its history starts there)")]
+pub struct LsnNotReadable {
+    pub lsn: Lsn,
+    pub min_readable: Lsn,
+}
+
 impl Timeline {
+    /// Whether the history at `lsn` is kept: at or above the timeline's
+    /// start (for a timeline following a primary, where its base backup
+    /// became consistent). The one place for this rule: a GC cutoff will be
+    /// checked here too. `lsn` above `last_record_lsn` is readable once
+    /// the WAL arrives (`wait_lsn`).
+    pub fn check_lsn_readable(&self, lsn: Lsn) -> Result<(), LsnNotReadable> {
+        let min_readable = self.min_readable_lsn();
+        if lsn < min_readable {
+            return Err(LsnNotReadable { lsn, min_readable });
+        }
+        Ok(())
+    }
+
     pub async fn wait_lsn(&self, lsn: Lsn, cancel: &CancellationToken) -> Result<(), WaitLsnError> {
         let res = tokio::select! {
             r = self.last_record_lsn.wait_for(lsn, self.conf.wait_lsn_timeout, cancel) => r,
