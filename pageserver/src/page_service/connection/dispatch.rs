@@ -59,6 +59,9 @@ impl Connection {
                     Err(QueryError::Command { code, message }) => {
                         self.report_error(code, &message);
                         self.extended.skip_until_sync = true;
+                        // Sent now: a client that sent Flush rather than
+                        // Sync still learns why nothing else came back.
+                        self.writer.flush(&self.cancel).await?;
                         Ok(Next::Query)
                     }
                     other => other,
