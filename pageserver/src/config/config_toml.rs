@@ -64,6 +64,9 @@ pub struct ConfigToml {
     pub wal_receiver_status_interval: Duration,
     #[serde(with = "humantime_serde")]
     pub wal_receiver_idle_flush: Duration,
+    /// How long an LSN lease lasts from its latest renewal.
+    #[serde(with = "humantime_serde")]
+    pub lsn_lease_length: Duration,
 }
 
 /// A size: an integer (bytes) or a string with a unit ("256 MiB"). Replaces
@@ -121,6 +124,7 @@ impl Default for ConfigToml {
             http_body_read_timeout: duration(DEFAULT_HTTP_BODY_READ_TIMEOUT),
             wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
             wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
+            lsn_lease_length: duration(DEFAULT_LSN_LEASE_LENGTH),
         }
     }
 }

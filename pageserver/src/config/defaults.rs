@@ -47,5 +47,8 @@ pub const DEFAULT_WAL_RECEIVER_STATUS_INTERVAL: &str = "10 s";
 /// and reports it (the slot advances; a stopping primary is not kept waiting).
 pub const DEFAULT_WAL_RECEIVER_IDLE_FLUSH: &str = "10 s";
 
+/// How long an LSN lease lasts from its latest renewal (Neon's default).
+pub const DEFAULT_LSN_LEASE_LENGTH: &str = "10 m";
+
 /// Accepted range of `max_get_vectored_keys`.
 pub const MAX_GET_VECTORED_KEYS_LIMIT: usize = 4096;

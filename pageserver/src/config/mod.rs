@@ -87,6 +87,7 @@ pub struct PageServerConf {
     pub fd_budget: FdBudget,
     pub http: HttpConf,
     pub walreceiver: WalReceiverConf,
+    pub lsn_lease_length: Duration,
 }
 
 /// Largest config file accepted (a real one is a few KiB).
@@ -143,6 +144,7 @@ impl PageServerConf {
             http_body_read_timeout,
             wal_receiver_status_interval,
             wal_receiver_idle_flush,
+            lsn_lease_length,
         } = t;
         let workdir = std::path::absolute(&workdir)
             .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
@@ -159,6 +161,7 @@ impl PageServerConf {
         nonzero("http_body_read_timeout", http_body_read_timeout.is_zero())?;
         nonzero("wal_receiver_status_interval", wal_receiver_status_interval.is_zero())?;
         nonzero("wal_receiver_idle_flush", wal_receiver_idle_flush.is_zero())?;
+        nonzero("lsn_lease_length", lsn_lease_length.is_zero())?;
         let walreceiver = WalReceiverConf {
             status_interval: wal_receiver_status_interval,
             idle_flush_after: wal_receiver_idle_flush,
@@ -218,6 +221,7 @@ impl PageServerConf {
             fd_budget,
             http,
             walreceiver,
+            lsn_lease_length,
         })
     }
 
@@ -237,6 +241,7 @@ impl PageServerConf {
             in_memory_layers_budget: self.in_memory_layers_budget,
             io_engine: self.io_engine.clone(),
             direct_io: self.direct_io,
+            lsn_lease_length: self.lsn_lease_length,
         }
     }
 

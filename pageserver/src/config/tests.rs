@@ -38,6 +38,7 @@ fn default_constants_parse() {
         DEFAULT_HTTP_BODY_READ_TIMEOUT,
         DEFAULT_WAL_RECEIVER_STATUS_INTERVAL,
         DEFAULT_WAL_RECEIVER_IDLE_FLUSH,
+        DEFAULT_LSN_LEASE_LENGTH,
     ] {
         humantime::parse_duration(d).unwrap();
     }
@@ -258,6 +259,7 @@ fn sample_config_file_is_exactly_the_defaults() {
             "listen_http_addr",
             "listen_pg_addr",
             "log_format",
+            "lsn_lease_length",
             "max_get_vectored_keys",
             "page_service_pipelining",
             "pg_auth_type",
@@ -355,4 +357,14 @@ fn config_file_must_be_a_bounded_regular_file() {
     let ok = dir.path().join("ok.toml");
     std::fs::write(&ok, "wait_lsn_timeout = \"5 s\"\n").unwrap();
     assert_eq!(load_file(&ok).unwrap().wait_lsn_timeout, Duration::from_secs(5));
+}
+
+#[test]
+fn lsn_lease_length_reaches_the_storage_conf() {
+    let conf = load(&[]).unwrap();
+    assert_eq!(conf.storage_conf().lsn_lease_length, Duration::from_secs(600));
+    let conf = load(&["lsn_lease_length=\"90 s\""]).unwrap();
+    assert_eq!(conf.storage_conf().lsn_lease_length, Duration::from_secs(90));
+    err_naming(&["lsn_lease_length=\"0s\""], "lsn_lease_length");
+    err_naming(&["lsn_lease_length=\"forever\""], "lsn_lease_length");
 }

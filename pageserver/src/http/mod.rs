@@ -81,6 +81,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
     ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/source"),
+    ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/lsn_lease"),
     #[cfg(feature = "testing")]
     ("PUT", "/v1/failpoints"),
     #[cfg(feature = "testing")]
@@ -132,7 +133,8 @@ pub fn router(state: HttpState) -> Router {
             &format!("{TL}/checkpoint"),
             axum::routing::put(timelines::checkpoint).post(timelines::checkpoint),
         )
-        .route(&format!("{TL}/source"), axum::routing::put(timelines::set_source));
+        .route(&format!("{TL}/source"), axum::routing::put(timelines::set_source))
+        .route(&format!("{TL}/lsn_lease"), post(timelines::lsn_lease));
     // The router-wide limit is set first (outermost); the testing routes'
     // own layer runs later and overrides it for them.
     let r = r.layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES));
@@ -205,6 +207,7 @@ async fn status() -> Json<StatusResponse> {
 /// `GET /metrics`: the default Prometheus registry in text format.
 async fn prometheus_metrics(State(state): State<HttpState>) -> Result<Response, ApiError> {
     crate::walreceiver::refresh_metrics(&state.tenants);
+    crate::metrics::storage::refresh_lease_count(&state.tenants);
     let in_flight = state.tenants.conf().io_engine.in_flight_ops();
     crate::metrics::storage::IO_ENGINE_IN_FLIGHT_OPS.set(in_flight as i64);
     let text = metrics::encode_text().map_err(ApiError::Internal)?;

@@ -548,3 +548,42 @@ async fn a_body_that_stops_is_cut_after_the_body_read_timeout() {
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("http_body_read_timeout"), "{text}");
 }
+
+#[tokio::test]
+async fn lsn_lease_route_and_timeline_detail() {
+    let s = TestServer::start().await;
+    let t = s.create_tenant().await;
+    let info = s.create_timeline(t, json!({"initial_lsn": "0/1000"})).await;
+    assert!(info.lsn_leases.is_empty());
+    let path = format!("/v1/tenant/{t}/timeline/{}", info.timeline_id);
+    let lease = format!("{path}/lsn_lease");
+
+    let (status, json) = s.call(Method::POST, &lease, Some(json!({"lsn": "0/16B5A50"}))).await;
+    assert_eq!(status, StatusCode::OK, "{json}");
+    let valid_until = json["valid_until"].as_str().unwrap().to_string();
+    let until = humantime::parse_rfc3339(&valid_until).unwrap();
+    let ahead = until.duration_since(std::time::SystemTime::now()).unwrap();
+    assert!(ahead > std::time::Duration::from_secs(590), "{valid_until}");
+    assert!(valid_until.ends_with('Z') && valid_until.contains('.'), "{valid_until}");
+
+    let (_, json) = s.call(Method::GET, &path, None).await;
+    let info: TimelineInfo = serde_json::from_value(json).unwrap();
+    assert_eq!(info.lsn_leases.len(), 1);
+    assert_eq!(
+        (info.lsn_leases[0].lsn, &info.lsn_leases[0].valid_until),
+        (Lsn(0x16B5A50), &valid_until)
+    );
+
+    let below = Some(json!({"lsn": "0/FFF"}));
+    s.expect_err(Method::POST, &lease, below, StatusCode::BAD_REQUEST, "below the history").await;
+    let zero = Some(json!({"lsn": "0/0"}));
+    s.expect_err(Method::POST, &lease, zero, StatusCode::BAD_REQUEST, "not a valid LSN").await;
+    let bad = Some(json!({"lsn": "nope"}));
+    s.expect_err(Method::POST, &lease, bad, StatusCode::BAD_REQUEST, "invalid LSN").await;
+    let missing = format!("/v1/tenant/{t}/timeline/{}/lsn_lease", TimelineId::generate());
+    let body = Some(json!({"lsn": "0/2000"}));
+    s.expect_err(Method::POST, &missing, body, StatusCode::NOT_FOUND, "not found").await;
+
+    crate::metrics::storage::refresh_lease_count(&s.tenants);
+    assert!(crate::metrics::storage::VALID_LSN_LEASES.get() >= 1);
+}

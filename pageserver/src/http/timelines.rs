@@ -1,5 +1,5 @@
 //! Timeline routes: create (empty), list, get, delete, keyspace, base-backup
-//! import and checkpoint.
+//! import, checkpoint and LSN leases.
 //!
 //! LSN arguments are checked against the timeline before any read: a read
 //! below `initial_lsn` or above `last_record_lsn` is a 400, never a wait.
@@ -10,8 +10,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use futures::StreamExt;
 use pageserver_api::models::{
-    CheckpointResponse, KeySpace, TimelineCreateRequest, TimelineInfo, TimelineState,
-    WalSourceInfo, WalSourceRequest, DEFAULT_PG_VERSION,
+    CheckpointResponse, KeySpace, LsnLeaseInfo, LsnLeaseRequest, LsnLeaseResponse,
+    TimelineCreateRequest, TimelineInfo, TimelineState, WalSourceInfo, WalSourceRequest,
+    DEFAULT_PG_VERSION,
 };
 use serde::Deserialize;
 use utils::id::{TenantId, TimelineId};
@@ -22,6 +23,7 @@ use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
 use crate::import::ImportError;
 use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::timeline::LeaseError;
 use crate::tenant::{ReadKind, TenantError, Timeline};
 use crate::walreceiver::bootstrap;
 
@@ -43,7 +45,16 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         in_memory_bytes: stats.in_memory_bytes,
         l0_layers: stats.l0_layers as u64,
         l0_bytes: stats.l0_bytes,
+        lsn_leases: tl
+            .valid_leases(std::time::SystemTime::now())
+            .into_iter()
+            .map(|(lsn, l)| LsnLeaseInfo { lsn, valid_until: rfc3339_ms(l.valid_until) })
+            .collect(),
     }
+}
+
+fn rfc3339_ms(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 fn wal_source_info(tl: &Timeline, s: &WalSource) -> WalSourceInfo {
@@ -83,6 +94,7 @@ fn broken_timeline_info(
         in_memory_bytes: 0,
         l0_layers: 0,
         l0_bytes: 0,
+        lsn_leases: Vec::new(),
     }
 }
 
@@ -290,5 +302,25 @@ pub async fn checkpoint(
         Ok(disk_consistent_lsn) => Ok(Json(CheckpointResponse { disk_consistent_lsn })),
         Err(_) if tl.cancel.is_cancelled() => Err(ApiError::ShuttingDown),
         Err(e) => Err(ApiError::Internal(e.context("checkpoint"))),
+    }
+}
+
+/// `POST .../lsn_lease` `{"lsn": "X/X"}`: grant or renew the lease at `lsn`
+/// (see `Timeline::lease_lsn`); `{"valid_until": "<RFC 3339>"}` once it is
+/// durable. 400 for an LSN whose history the timeline cannot serve.
+pub async fn lsn_lease(
+    State(state): State<HttpState>,
+    TimelinePath(tenant_id, timeline_id): TimelinePath,
+    JsonBody(req): JsonBody<LsnLeaseRequest>,
+) -> Result<Json<LsnLeaseResponse>, ApiError> {
+    let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
+    match tl.lease_lsn(req.lsn).await {
+        Ok(lease) => Ok(Json(LsnLeaseResponse { valid_until: rfc3339_ms(lease.valid_until) })),
+        Err(e @ (LeaseError::InvalidLsn | LeaseError::BelowHistory { .. })) => {
+            Err(ApiError::BadRequest(e.to_string()))
+        }
+        Err(e @ LeaseError::TooMany(_)) => Err(ApiError::Conflict(e.to_string())),
+        Err(LeaseError::ShuttingDown) => Err(ApiError::ShuttingDown),
+        Err(LeaseError::Persist(e)) => Err(ApiError::Internal(e.context("persist LSN lease"))),
     }
 }

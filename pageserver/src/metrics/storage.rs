@@ -92,6 +92,27 @@ pub static INGEST_BACKPRESSURE: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("register metric")
 });
 
+/// LSN leases valid now, all timelines together, counted at each scrape.
+pub static VALID_LSN_LEASES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "pageserver_valid_lsn_leases",
+        "LSN leases valid now, all timelines (sampled at scrape)"
+    )
+    .expect("register metric")
+});
+
+/// Count the valid leases of every timeline into [`VALID_LSN_LEASES`].
+pub fn refresh_lease_count(tenants: &crate::tenant::mgr::TenantManager) {
+    let now = std::time::SystemTime::now();
+    let n: usize = tenants
+        .list_tenants()
+        .iter()
+        .flat_map(|t| t.list_timelines())
+        .map(|tl| tl.valid_leases(now).len())
+        .sum();
+    VALID_LSN_LEASES.set(n as i64);
+}
+
 /// Force registration so `/metrics` lists every metric from the first
 /// scrape; `read_kinds` are the `task_kind` label values of vectored gets.
 pub fn register(read_kinds: &[&str]) {
@@ -106,6 +127,7 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&BROKEN_TIMELINES);
     LazyLock::force(&LAYER_CORRUPTION_ERRORS);
     LazyLock::force(&IO_ENGINE_IN_FLIGHT_OPS);
+    LazyLock::force(&VALID_LSN_LEASES);
 }
 
 pub fn record_flush(elapsed: Duration, bytes: u64) {

@@ -1,5 +1,8 @@
 //! One libpq session: startup (SSL/GSSENC refused with `N`), authentication
-//! (trust or JWT), then simple queries until Terminate or EOF. The query
+//! (trust or JWT), then commands (`command.rs`) over the simple or the
+//! extended query protocol until Terminate or EOF (`connection/dispatch.rs`
+//! routes each message and runs commands; `extended.rs` keeps prepared
+//! statements and portals). The command
 //! `pagestream_v2|pagestream_v3 <tenant_id> <timeline_id>` switches the
 //! session to CopyBoth and hands it to the pagestream; the connection closes
 //! when that stream ends.
@@ -9,7 +12,11 @@
 //!   every command that names a tenant is checked against the token's claims;
 //!   an authentication failure is FATAL (ErrorResponse, close);
 //! - an unknown or failing command gets ErrorResponse then ReadyForQuery, and
-//!   the session goes on;
+//!   the session goes on; in the extended protocol the error ends the
+//!   sequence: messages are discarded until Sync, which gets ReadyForQuery
+//!   (PostgreSQL's rule);
+//! - a malformed frame (length) is FATAL; a malformed extended-protocol
+//!   message body is an ERROR (08P01) naming the message and the fault;
 //! - every wait on the socket races the connection's cancellation token;
 //! - startup and authentication together are bounded by
 //!   `authentication_timeout` (PostgreSQL's setting of the same name is the
@@ -22,20 +29,22 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pageserver_api::pagestream::PagestreamProtocolVersion;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use utils::id::{TenantId, TimelineId};
-use utils::quote::{escape_for_log, quote};
+use utils::id::TenantId;
+use utils::quote::escape_for_log;
 
 use super::auth::{check_permission, Claims};
 use super::error::{sqlstate, QueryError};
-use super::{backup, stream, ServiceState};
+use super::extended::ExtendedState;
+use super::ServiceState;
 use crate::metrics::page_service::METRICS;
 use pageserver_api::config::AuthType;
 use pq_proto::backend as be;
 use pq_proto::{single_cstr, FrameReader, FrameWriter, StartupPacket};
+
+mod dispatch;
 
 /// How many SSLRequest/GSSENCRequest packets a client may send before its startup packet.
 const MAX_NEGOTIATION_PACKETS: usize = 4;
@@ -57,6 +66,8 @@ struct Connection {
     cancel: CancellationToken,
     /// Set by JWT authentication.
     claims: Option<Claims>,
+    /// Prepared statements and portals of the extended query protocol.
+    extended: ExtendedState,
 }
 
 /// What a successful command leaves behind.
@@ -90,6 +101,7 @@ pub async fn serve(
         state,
         cancel,
         claims: None,
+        extended: ExtendedState::default(),
     };
     match conn.run().await {
         Ok(()) => debug!("connection from {peer} closed"),
@@ -181,38 +193,12 @@ impl Connection {
             let Some(frame) = self.reader().read_message(&cancel).await? else {
                 return Ok(());
             };
-            match frame.tag {
-                b'Q' => {
-                    let query = single_cstr(frame.body)?.to_string();
-                    match self.process_query(&query).await {
-                        Ok(Next::Query) => {}
-                        Ok(Next::Close) => return Ok(()),
-                        Err(QueryError::Command { code, message }) => {
-                            let message =
-                                escape_for_log(&message, MAX_ERROR_MESSAGE_CHARS).to_string();
-                            info!("command from {} failed: {message}", self.peer);
-                            be::error_response(self.writer.buf(), "ERROR", code, &message);
-                        }
-                        Err(e) => return Err(e),
-                    }
-                    be::ready_for_query(self.writer.buf());
-                    self.writer.flush(&self.cancel).await?;
-                }
-                b'X' => return Ok(()),
-                // Like PostgreSQL: copy messages outside copy mode are ignored.
-                b'd' | b'c' | b'f' => {}
-                b'P' | b'B' | b'E' | b'D' | b'H' | b'S' | b'C' | b'F' => {
-                    return Err(QueryError::fatal(
-                        sqlstate::FEATURE_NOT_SUPPORTED,
-                        "the extended query protocol is not supported",
-                    ))
-                }
-                tag => {
-                    return Err(QueryError::fatal(
-                        sqlstate::PROTOCOL_VIOLATION,
-                        format!("unexpected message type '{}'", tag.escape_ascii()),
-                    ))
-                }
+            // Frontend messages are small (MAX_MESSAGE_LEN): a copy frees
+            // the reader for the command (a pagestream takes it over).
+            let (tag, body) = (frame.tag, frame.body.to_vec());
+            match self.handle_message(tag, &body).await? {
+                Next::Query => {}
+                Next::Close => return Ok(()),
             }
         }
     }
@@ -289,59 +275,5 @@ impl Connection {
                     .map_err(|e| QueryError::fatal(sqlstate::INVALID_AUTHORIZATION, e.to_string()))
             }
         }
-    }
-
-    async fn process_query(&mut self, query: &str) -> Result<Next, QueryError> {
-        let query = query.trim().trim_end_matches(';').trim_end();
-        let mut words = query.split_whitespace();
-        let Some(command) = words.next() else {
-            be::empty_query_response(self.writer.buf());
-            return Ok(Next::Query);
-        };
-        if backup::is_backup_command(command) {
-            let req = backup::parse(command, &words.collect::<Vec<_>>())?;
-            self.check_permission(req.tenant)?;
-            let tl = self.state.tenants.get_timeline(req.tenant, req.timeline)?;
-            backup::send(&req, tl, &mut self.writer, &self.cancel).await?;
-            return Ok(Next::Query);
-        }
-        let version = if command.eq_ignore_ascii_case("pagestream_v2") {
-            PagestreamProtocolVersion::V2
-        } else if command.eq_ignore_ascii_case("pagestream_v3") {
-            PagestreamProtocolVersion::V3
-        } else {
-            return Err(QueryError::command(
-                sqlstate::FEATURE_NOT_SUPPORTED,
-                format!("unsupported command {}", quote(command)),
-            ));
-        };
-        let args: Vec<&str> = words.collect();
-        let [tenant, timeline] = args[..] else {
-            return Err(QueryError::command(
-                sqlstate::PROTOCOL_VIOLATION,
-                format!("usage: {command} <tenant_id> <timeline_id>"),
-            ));
-        };
-        let bad_id = |what: &str, e: utils::id::IdParseError| {
-            QueryError::command(sqlstate::PROTOCOL_VIOLATION, format!("invalid {what}: {e}"))
-        };
-        let tenant: TenantId = tenant.parse().map_err(|e| bad_id("tenant id", e))?;
-        let timeline: TimelineId = timeline.parse().map_err(|e| bad_id("timeline id", e))?;
-        self.check_permission(tenant)?;
-        let tl = self.state.tenants.get_timeline(tenant, timeline)?;
-
-        be::copy_both_response(self.writer.buf());
-        self.writer.flush(&self.cancel).await?;
-        info!("{} started pagestream {version:?} of {tenant}/{timeline}", self.peer);
-        let reader = self.reader.take().expect("one pagestream per session");
-        let pipelining = &self.state.conf.pipelining;
-        let (res, reader) =
-            stream::run(reader, &mut self.writer, tl, version, pipelining, &self.cancel).await;
-        self.reader = reader;
-        match &res {
-            Ok(()) => info!("{} ended pagestream of {tenant}/{timeline}", self.peer),
-            Err(e) => info!("pagestream of {tenant}/{timeline} from {} ended: {e}", self.peer),
-        }
-        res.map(|()| Next::Close)
     }
 }

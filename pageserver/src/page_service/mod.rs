@@ -5,7 +5,10 @@
 //! Files:
 //! - libpq framing and messages: `libs/pq_proto` (server side);
 //! - `auth`: JWT (EdDSA) validation and per-tenant permission checks;
-//! - `connection`: one session: startup, auth, simple queries, pagestream command;
+//! - `connection`: one session: startup, auth, then message routing and the
+//!   one command dispatch of both query protocols (`connection/dispatch`);
+//! - `command`: the commands, parsed from query text, with their result shape;
+//! - `extended`: prepared statements and portals of the extended query protocol;
 //! - `backup`: the `basebackup`/`fullbackup` commands (COPY OUT of a tar);
 //! - `stream`: one pagestream: request reading, end conditions, mode dispatch;
 //! - `serial` / `pipelined`: the two handler modes (the reader/executor
@@ -25,9 +28,11 @@
 mod auth;
 mod backup;
 mod batch;
+mod command;
 mod connection;
 mod error;
 mod execute;
+mod extended;
 mod pipelined;
 mod request;
 mod serial;

@@ -50,6 +50,8 @@ pub struct StorageConf {
     pub io_engine: io_engine::IoEngine,
     /// Layer and ephemeral files use direct IO (`O_DIRECT`).
     pub direct_io: bool,
+    /// How long an LSN lease lasts from its latest renewal.
+    pub lsn_lease_length: Duration,
 }
 
 impl StorageConf {
@@ -66,6 +68,7 @@ impl StorageConf {
             in_memory_layers_budget: 1024 * 1024 * 1024,
             io_engine: io_engine::IoEngine::new(test_io_engine_kind()).unwrap(),
             direct_io: test_direct_io(),
+            lsn_lease_length: Duration::from_secs(600),
         }
     }
 

@@ -123,7 +123,10 @@ async fn remove_unlisted(
     for entry in listing {
         let fname = entry.name_lossy();
         let path = dir.join(&entry.name);
-        if fname == METADATA_FILE || fname == super::wal_source::WAL_SOURCE_FILE {
+        if fname == METADATA_FILE
+            || fname == super::wal_source::WAL_SOURCE_FILE
+            || fname == super::lease::LEASES_FILE
+        {
             continue;
         }
         let leftover =

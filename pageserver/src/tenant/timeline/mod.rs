@@ -22,11 +22,16 @@
 //!   anything.
 //! - Readers snapshot the layer list (Arcs) under the `layers` lock and read
 //!   without it; a frozen layer being flushed stays readable until dropped.
+//! - LSN leases (`lease.rs`): renewals serialize on the async `lease_write`
+//!   mutex, held across the durable write of the lease file; the new map is
+//!   installed in `leases` (a std mutex, never held across an await) only
+//!   after that write succeeded. So every lease a reader (GC, the API) sees
+//!   is on disk, and a lease is acknowledged only once it would survive a crash.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
@@ -37,6 +42,7 @@ use utils::lsn::Lsn;
 use utils::seqwait::SeqWait;
 
 mod flush;
+pub mod lease;
 mod load;
 mod log_limit;
 mod read;
@@ -46,6 +52,7 @@ pub mod wal_source;
 use wal_source::{ReceiverStatus, WalSource};
 mod writer;
 
+use lease::{LeaseMap, LsnLease, TooManyLeases};
 use log_limit::PerKeyLogLimit;
 pub use read::LsnNotReadable;
 pub use rel_size_cache::RelSizeCache;
@@ -109,6 +116,30 @@ pub struct Timeline {
     /// restart). Not persisted: only a base backup at exactly `end` uses it
     /// (`PREV LSN`), and without it says `none`.
     last_record: Mutex<Option<(Lsn, Lsn)>>,
+    /// LSN leases, as on disk (see the concurrency contract above).
+    leases: Mutex<LeaseMap>,
+    /// Held by a renewal from its update to the end of the file write.
+    lease_write: tokio::sync::Mutex<()>,
+}
+
+/// Why an LSN lease is not granted.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("LSN 0/0 is not a valid LSN to lease")]
+    InvalidLsn,
+    /// Reads at the LSN cannot be served (below the start of the history;
+    /// later, below the GC cutoff): a lease cannot bring that history back.
+    #[error(
+        "LSN {lsn} is below the history timeline {tenant}/{timeline} can serve, which starts \
+         at {floor}: a lease cannot protect it"
+    )]
+    BelowHistory { lsn: Lsn, floor: Lsn, tenant: TenantId, timeline: TimelineId },
+    #[error(transparent)]
+    TooMany(#[from] TooManyLeases),
+    #[error("the LSN lease could not be made durable: {0:#}")]
+    Persist(anyhow::Error),
+    #[error("timeline is shutting down")]
+    ShuttingDown,
 }
 
 impl Timeline {
@@ -138,6 +169,7 @@ impl Timeline {
             load::load_layers(&conf, &dir, tenant_id, timeline_id).await?;
         let layer_map = LayerMap::new(md.initial_lsn + 1, layers);
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
+        let leases = LeaseMap::load(&conf.io_engine, &dir, SystemTime::now()).await?;
         let tl = Arc::new(Timeline {
             tenant_id,
             timeline_id,
@@ -165,6 +197,8 @@ impl Timeline {
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
             last_record: Mutex::new(None),
+            leases: Mutex::new(leases),
+            lease_write: tokio::sync::Mutex::new(()),
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
@@ -234,6 +268,49 @@ impl Timeline {
 
     pub fn conf(&self) -> &StorageConf {
         &self.conf
+    }
+
+    /// Grant a lease at `lsn` for `lsn_lease_length` from now, or extend
+    /// the one held (never shorten it); returns the lease held once it is
+    /// durable.
+    ///
+    /// Refused: LSN 0, and an LSN below what the timeline can serve
+    /// ([`Self::min_readable_lsn`]; the GC cutoff once GC exists), whose
+    /// history is gone. An LSN above `last_record_lsn` is granted, as
+    /// Neon's pageserver does: a static compute may ask for its LSN before
+    /// this pageserver ingested it (after a restart or a move), and such a
+    /// lease costs nothing, since GC never removes history that newer
+    /// reads still need.
+    pub async fn lease_lsn(&self, lsn: Lsn) -> Result<LsnLease, LeaseError> {
+        if lsn == Lsn(0) {
+            return Err(LeaseError::InvalidLsn);
+        }
+        let floor = self.min_readable_lsn();
+        if lsn < floor {
+            let (tenant, timeline) = (self.tenant_id, self.timeline_id);
+            return Err(LeaseError::BelowHistory { lsn, floor, tenant, timeline });
+        }
+        let _writing = tokio::select! {
+            w = self.lease_write.lock() => w,
+            _ = self.cancel.cancelled() => return Err(LeaseError::ShuttingDown),
+        };
+        let now = SystemTime::now();
+        let mut next = self.leases.lock().unwrap().clone();
+        let held = next.renew(lsn, lease::lease_until(now, self.conf.lsn_lease_length), now)?;
+        next.persist(&self.conf.io_engine, &self.dir).await.map_err(LeaseError::Persist)?;
+        *self.leases.lock().unwrap() = next;
+        Ok(held)
+    }
+
+    /// The lowest LSN with a lease valid at `now`: GC must keep the history
+    /// that reads at it need.
+    pub fn min_valid_lease_lsn(&self, now: SystemTime) -> Option<Lsn> {
+        self.leases.lock().unwrap().min_valid_lsn(now)
+    }
+
+    /// The leases valid at `now`, by LSN.
+    pub fn valid_leases(&self, now: SystemTime) -> Vec<(Lsn, LsnLease)> {
+        self.leases.lock().unwrap().valid(now)
     }
 
     /// Wait until `lsn` is ingested, up to `wait_lsn_timeout`.
