@@ -162,7 +162,7 @@ fn small_backup(version_last: bool) -> Vec<E> {
         E::File("pg_xact/0000", pages(7, 0, 3)),
         E::File("pg_multixact/offsets/0000", pages(8, 0, 1)),
         E::File("pg_multixact/members/0000", pages(9, 0, 1)),
-        E::File("pg_twophase/000002E6", b"two-phase state".to_vec()),
+        E::File("pg_twophase/000002E6", twophase_file(b"two-phase state")),
     ]);
     if version_last {
         v.push(E::File("PG_VERSION", b"15\n".to_vec()));
@@ -267,6 +267,7 @@ async fn imports_a_small_backup() {
         assert_eq!(&tl.get(Key::control_file(), START).await.unwrap()[..], &control(202209061)[..]);
         let cp = tl.get(Key::checkpoint(), START).await.unwrap();
         assert_eq!((cp.len(), &cp[..8]), (88, &START.0.to_le_bytes()[..]));
+        // Stored as the PREPARE record holds it: without the file's CRC.
         assert_eq!(
             &tl.get(Key::twophase_file(0x2E6), START).await.unwrap()[..],
             b"two-phase state"
@@ -509,4 +510,11 @@ async fn crash_during_import_leaves_nothing_after_restart() {
 
 fn dir_exists(p: &Path) -> bool {
     p.is_dir()
+}
+
+/// A two-phase state file as PostgreSQL writes it: the state, then its CRC-32C.
+fn twophase_file(state: &[u8]) -> Vec<u8> {
+    let mut f = state.to_vec();
+    f.extend_from_slice(&crc32c::crc32c(state).to_le_bytes());
+    f
 }
