@@ -8,11 +8,11 @@
 //! surrounding blanks are ignored):
 //! - `pagestream_v2|pagestream_v3 <tenant_id> <timeline_id>`: CopyBoth, then
 //!   the pagestream; the session ends with it. No result columns.
+//! - `basebackup|fullbackup <tenant_id> <timeline_id> ...` (`backup.rs`):
+//!   COPY OUT of a tar; no result columns (Describe gives NoData).
 //! - `lease lsn <tenant_id> <timeline_id> <lsn>`: one row, one text column
 //!   `valid_until` (milliseconds since the UNIX epoch, or NULL when the
 //!   lease is refused), as Neon's compute reads it.
-//! - `basebackup|fullbackup <tenant_id> <timeline_id> [<lsn>|latest] [options]`:
-//!   CopyOut of a tar (`backup.rs`), then CommandComplete. No result columns.
 //! - the empty query: EmptyQueryResponse.
 //!
 //! Adding a command: a variant, its arm in [`Command::parse`], its
@@ -40,12 +40,12 @@ pub(super) enum Command {
         tenant: TenantId,
         timeline: TimelineId,
     },
+    Backup(BackupRequest),
     LeaseLsn {
         tenant: TenantId,
         timeline: TimelineId,
         lsn: Lsn,
     },
-    Backup(BackupRequest),
 }
 
 impl Command {
@@ -108,9 +108,9 @@ impl Command {
         }
     }
 
-    /// The CommandComplete tag after a successful run; `None`: none is
-    /// sent here (the empty query; the pagestream, which ends the session;
-    /// a backup, whose COPY sends its own).
+    /// The CommandComplete tag the dispatch sends after a successful run;
+    /// `None`: the dispatch sends none (the empty query; the pagestream,
+    /// which ends the session; a backup, whose COPY sends its own).
     pub fn completion_tag(&self) -> Option<&'static str> {
         match self {
             Command::Empty | Command::Pagestream { .. } | Command::Backup(_) => None,
@@ -161,6 +161,12 @@ mod tests {
         assert_eq!(c, Command::LeaseLsn { tenant: t, timeline: tl, lsn: Lsn(0x16B5A50) });
         assert_eq!(c.result_columns(), Some(LEASE_COLUMNS));
         assert_eq!(c.completion_tag(), Some("SELECT 1"));
+        let c = Command::parse(&format!("basebackup {t} {tl} 0/16B5A50 --gzip")).unwrap();
+        let Command::Backup(req) = &c else { panic!("{c:?}") };
+        assert!(req.gzip && !req.full && req.lsn == Some(Lsn(0x16B5A50)));
+        assert_eq!((c.result_columns(), c.tenant(), c.completion_tag()), (None, Some(t), None));
+        let c = Command::parse(&format!("FULLBACKUP {t} {tl}")).unwrap();
+        assert!(matches!(c, Command::Backup(BackupRequest { full: true, lsn: None, .. })), "{c:?}");
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //!   answers ReadyForQuery, Flush sends what is buffered. A command-level
 //!   error in an extended message sends ErrorResponse and discards every
 //!   message until Sync;
-//! - COPY commands (the pagestream, backups) send their CopyBoth/CopyOut
-//!   response themselves, in either protocol.
+//! - COPY commands (the pagestream: CopyBoth; `basebackup`/`fullbackup`:
+//!   CopyOut ... CopyDone, CommandComplete) send their copy response
+//!   themselves, in either protocol.
 //!
 //! Output is only buffered here; it reaches the socket at ReadyForQuery,
 //! Flush, or when a command flushes (a COPY start).
@@ -150,13 +151,13 @@ impl Connection {
             Command::Pagestream { version, tenant, timeline } => {
                 return self.pagestream(*version, *tenant, *timeline).await;
             }
-            Command::LeaseLsn { tenant, timeline, lsn } => {
-                let valid_until_ms = self.lease_lsn(*tenant, *timeline, *lsn).await?;
-                self.send_row(command, output, &[valid_until_ms.as_deref()]);
-            }
             Command::Backup(req) => {
                 let tl = self.state.tenants.get_timeline(req.tenant, req.timeline)?;
                 backup::send(req, tl, &mut self.writer, &self.cancel).await?;
+            }
+            Command::LeaseLsn { tenant, timeline, lsn } => {
+                let valid_until_ms = self.lease_lsn(*tenant, *timeline, *lsn).await?;
+                self.send_row(command, output, &[valid_until_ms.as_deref()]);
             }
         }
         if let Some(tag) = command.completion_tag() {
