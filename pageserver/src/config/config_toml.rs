@@ -67,6 +67,22 @@ pub struct ConfigToml {
     /// How long an LSN lease lasts from its latest renewal.
     #[serde(with = "humantime_serde")]
     pub lsn_lease_length: Duration,
+    pub compaction_threshold: usize,
+    #[serde(deserialize_with = "de_size")]
+    pub compaction_target_size: ByteSize,
+    #[serde(with = "humantime_serde")]
+    pub compaction_period: Duration,
+    pub image_creation_threshold: usize,
+    pub l0_flush_delay_threshold: usize,
+    pub l0_flush_stall_threshold: usize,
+    #[serde(deserialize_with = "de_size")]
+    pub gc_horizon: ByteSize,
+    #[serde(with = "humantime_serde")]
+    pub pitr_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub gc_period: Duration,
+    #[serde(deserialize_with = "de_size")]
+    pub layer_index_cache_size: ByteSize,
 }
 
 /// A size: an integer (bytes) or a string with a unit ("256 MiB"). Replaces
@@ -125,6 +141,16 @@ impl Default for ConfigToml {
             wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
             wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
             lsn_lease_length: duration(DEFAULT_LSN_LEASE_LENGTH),
+            compaction_threshold: DEFAULT_COMPACTION_THRESHOLD,
+            compaction_target_size: size(DEFAULT_COMPACTION_TARGET_SIZE),
+            compaction_period: duration(DEFAULT_COMPACTION_PERIOD),
+            image_creation_threshold: DEFAULT_IMAGE_CREATION_THRESHOLD,
+            l0_flush_delay_threshold: DEFAULT_L0_FLUSH_DELAY_THRESHOLD,
+            l0_flush_stall_threshold: DEFAULT_L0_FLUSH_STALL_THRESHOLD,
+            gc_horizon: size(DEFAULT_GC_HORIZON),
+            pitr_interval: duration(DEFAULT_PITR_INTERVAL),
+            gc_period: duration(DEFAULT_GC_PERIOD),
+            layer_index_cache_size: size(DEFAULT_LAYER_INDEX_CACHE_SIZE),
         }
     }
 }

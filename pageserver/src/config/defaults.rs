@@ -50,5 +50,36 @@ pub const DEFAULT_WAL_RECEIVER_IDLE_FLUSH: &str = "10 s";
 /// How long an LSN lease lasts from its latest renewal (Neon's default).
 pub const DEFAULT_LSN_LEASE_LENGTH: &str = "10 m";
 
+/// Compaction merges the L0 layers into L1 layers once there are this many.
+pub const DEFAULT_COMPACTION_THRESHOLD: usize = 10;
+
+/// Target size of an L1 delta layer written by compaction.
+pub const DEFAULT_COMPACTION_TARGET_SIZE: &str = "128 MiB";
+
+/// How often the background task checks whether to compact ("0 s": never;
+/// `PUT .../compact` still works).
+pub const DEFAULT_COMPACTION_PERIOD: &str = "20 s";
+
+/// An image layer is written for a key range whose delta layers above its
+/// newest image are more than this many.
+pub const DEFAULT_IMAGE_CREATION_THRESHOLD: usize = 3;
+
+/// Ingest is delayed once the L0 count reaches this, and stops (until
+/// compaction catches up) at the stall threshold.
+pub const DEFAULT_L0_FLUSH_DELAY_THRESHOLD: usize = 20;
+pub const DEFAULT_L0_FLUSH_STALL_THRESHOLD: usize = 40;
+
+/// GC keeps at least this many bytes of WAL history below `last_record_lsn`.
+pub const DEFAULT_GC_HORIZON: &str = "64 MiB";
+
+/// GC keeps the history of this long ("0 s": only `gc_horizon` counts).
+pub const DEFAULT_PITR_INTERVAL: &str = "7 days";
+
+/// How often GC runs in the background ("0 s": never; `PUT .../do_gc` still works).
+pub const DEFAULT_GC_PERIOD: &str = "1 h";
+
+/// Bytes of layer index blocks cached in memory, for all layers together.
+pub const DEFAULT_LAYER_INDEX_CACHE_SIZE: &str = "64 MiB";
+
 /// Accepted range of `max_get_vectored_keys`.
 pub const MAX_GET_VECTORED_KEYS_LIMIT: usize = 4096;

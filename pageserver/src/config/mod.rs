@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 use crate::http::HttpConf;
 use crate::page_service::PageServiceConf;
-use crate::tenant::StorageConf;
+use crate::tenant::{CompactionConf, StorageConf};
 use crate::walreceiver::WalReceiverConf;
 pub use config_toml::ConfigToml;
 use fd_budget::FdBudget;
@@ -88,6 +88,9 @@ pub struct PageServerConf {
     pub http: HttpConf,
     pub walreceiver: WalReceiverConf,
     pub lsn_lease_length: Duration,
+    pub compaction: CompactionConf,
+    /// Bytes.
+    pub layer_index_cache_size: u64,
 }
 
 /// Largest config file accepted (a real one is a few KiB).
@@ -145,6 +148,16 @@ impl PageServerConf {
             wal_receiver_status_interval,
             wal_receiver_idle_flush,
             lsn_lease_length,
+            compaction_threshold,
+            compaction_target_size,
+            compaction_period,
+            image_creation_threshold,
+            l0_flush_delay_threshold,
+            l0_flush_stall_threshold,
+            gc_horizon,
+            pitr_interval,
+            gc_period,
+            layer_index_cache_size,
         } = t;
         let workdir = std::path::absolute(&workdir)
             .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
@@ -162,6 +175,18 @@ impl PageServerConf {
         nonzero("wal_receiver_status_interval", wal_receiver_status_interval.is_zero())?;
         nonzero("wal_receiver_idle_flush", wal_receiver_idle_flush.is_zero())?;
         nonzero("lsn_lease_length", lsn_lease_length.is_zero())?;
+        let compaction = check_compaction(CompactionConf {
+            compaction_threshold,
+            compaction_target_size: compaction_target_size.as_u64(),
+            compaction_period,
+            image_creation_threshold,
+            l0_flush_delay_threshold,
+            l0_flush_stall_threshold,
+            gc_horizon: gc_horizon.as_u64(),
+            pitr_interval,
+            gc_period,
+        })?;
+        nonzero("layer_index_cache_size", layer_index_cache_size.as_u64() == 0)?;
         let walreceiver = WalReceiverConf {
             status_interval: wal_receiver_status_interval,
             idle_flush_after: wal_receiver_idle_flush,
@@ -222,6 +247,8 @@ impl PageServerConf {
             http,
             walreceiver,
             lsn_lease_length,
+            compaction,
+            layer_index_cache_size: layer_index_cache_size.as_u64(),
         })
     }
 
@@ -242,6 +269,8 @@ impl PageServerConf {
             io_engine: self.io_engine.clone(),
             direct_io: self.direct_io,
             lsn_lease_length: self.lsn_lease_length,
+            compaction: self.compaction.clone(),
+            layer_index_cache_size: self.layer_index_cache_size,
         }
     }
 
@@ -266,6 +295,38 @@ fn nonzero(key: &str, is_zero: bool) -> Result<(), ConfigError> {
         return Err(key_err(key, "must be greater than 0"));
     }
     Ok(())
+}
+
+/// Compaction and GC settings: thresholds in range and in order (ingest is
+/// delayed only once compaction is due, and stalls only after the delay).
+fn check_compaction(c: CompactionConf) -> Result<CompactionConf, ConfigError> {
+    if c.compaction_threshold < 2 {
+        return Err(key_err(
+            "compaction_threshold",
+            "must be at least 2 (it counts L0 layers to merge)",
+        ));
+    }
+    nonzero("compaction_target_size", c.compaction_target_size == 0)?;
+    nonzero("image_creation_threshold", c.image_creation_threshold == 0)?;
+    if c.l0_flush_delay_threshold <= c.compaction_threshold {
+        return Err(key_err(
+            "l0_flush_delay_threshold",
+            format!(
+                "{} must be above compaction_threshold {} (ingest would slow before compaction starts)",
+                c.l0_flush_delay_threshold, c.compaction_threshold
+            ),
+        ));
+    }
+    if c.l0_flush_stall_threshold <= c.l0_flush_delay_threshold {
+        return Err(key_err(
+            "l0_flush_stall_threshold",
+            format!(
+                "{} must be above l0_flush_delay_threshold {}",
+                c.l0_flush_stall_threshold, c.l0_flush_delay_threshold
+            ),
+        ));
+    }
+    Ok(c)
 }
 
 fn check_addr(key: &str, addr: &str) -> Result<(), ConfigError> {

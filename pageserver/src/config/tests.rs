@@ -251,11 +251,20 @@ fn sample_config_file_is_exactly_the_defaults() {
             "authentication_timeout",
             "checkpoint_distance",
             "checkpoint_timeout",
+            "compaction_period",
+            "compaction_target_size",
+            "compaction_threshold",
+            "gc_horizon",
+            "gc_period",
             "http_body_read_timeout",
             "http_header_read_timeout",
             "http_max_concurrent_requests",
+            "image_creation_threshold",
             "in_memory_layers_budget",
             "io_engine",
+            "l0_flush_delay_threshold",
+            "l0_flush_stall_threshold",
+            "layer_index_cache_size",
             "listen_http_addr",
             "listen_pg_addr",
             "log_format",
@@ -263,6 +272,7 @@ fn sample_config_file_is_exactly_the_defaults() {
             "max_get_vectored_keys",
             "page_service_pipelining",
             "pg_auth_type",
+            "pitr_interval",
             "shutdown_timeout",
             "wait_lsn_timeout",
             "wal_receiver_idle_flush",
@@ -367,4 +377,38 @@ fn lsn_lease_length_reaches_the_storage_conf() {
     assert_eq!(conf.storage_conf().lsn_lease_length, Duration::from_secs(90));
     err_naming(&["lsn_lease_length=\"0s\""], "lsn_lease_length");
     err_naming(&["lsn_lease_length=\"forever\""], "lsn_lease_length");
+}
+
+#[test]
+fn compaction_settings_reach_the_storage_conf_in_order() {
+    let conf = load(&[]).unwrap().storage_conf();
+    let d = crate::tenant::CompactionConf::defaults();
+    let c = &conf.compaction;
+    assert_eq!(
+        (c.compaction_threshold, c.compaction_target_size, c.compaction_period),
+        (d.compaction_threshold, d.compaction_target_size, d.compaction_period)
+    );
+    assert_eq!(
+        (c.image_creation_threshold, c.l0_flush_delay_threshold, c.l0_flush_stall_threshold),
+        (d.image_creation_threshold, d.l0_flush_delay_threshold, d.l0_flush_stall_threshold)
+    );
+    assert_eq!(
+        (c.gc_horizon, c.pitr_interval, c.gc_period),
+        (d.gc_horizon, d.pitr_interval, d.gc_period)
+    );
+    assert_eq!(conf.layer_index_cache_size, 64 * 1024 * 1024);
+    let conf = load(&["compaction_threshold=3", "pitr_interval=\"0s\"", "gc_horizon=\"1 MiB\""])
+        .unwrap()
+        .storage_conf();
+    assert_eq!(conf.compaction.compaction_threshold, 3);
+    assert_eq!(conf.compaction.pitr_interval, Duration::ZERO);
+    assert_eq!(conf.compaction.gc_horizon, 1024 * 1024);
+    err_naming(&["compaction_threshold=1"], "compaction_threshold");
+    err_naming(&["compaction_target_size=0"], "compaction_target_size");
+    err_naming(&["image_creation_threshold=0"], "image_creation_threshold");
+    err_naming(&["layer_index_cache_size=0"], "layer_index_cache_size");
+    let err = err_naming(&["l0_flush_delay_threshold=10"], "l0_flush_delay_threshold");
+    assert!(err.contains("compaction_threshold"), "{err}");
+    err_naming(&["l0_flush_stall_threshold=20"], "l0_flush_stall_threshold");
+    err_naming(&["gc_period=\"often\""], "gc_period");
 }

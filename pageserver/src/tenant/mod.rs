@@ -52,6 +52,50 @@ pub struct StorageConf {
     pub direct_io: bool,
     /// How long an LSN lease lasts from its latest renewal.
     pub lsn_lease_length: Duration,
+    pub compaction: CompactionConf,
+    /// Bytes of layer index blocks cached in memory (all layers together).
+    pub layer_index_cache_size: u64,
+}
+
+/// Compaction, image creation, GC and L0 backpressure settings (the config
+/// keys of the same names; `docs/configuration.md`).
+#[derive(Debug, Clone)]
+pub struct CompactionConf {
+    /// L0 layers that trigger a compaction into L1 layers (>= 2).
+    pub compaction_threshold: usize,
+    /// Bytes of an L1 layer before compaction starts the next one.
+    pub compaction_target_size: u64,
+    /// Background compaction checks this often; zero: never.
+    pub compaction_period: Duration,
+    /// Delta layers above a key range's newest image before a new image.
+    pub image_creation_threshold: usize,
+    /// L0 count at which ingest is delayed (> compaction_threshold).
+    pub l0_flush_delay_threshold: usize,
+    /// L0 count at which ingest waits for compaction (> delay threshold).
+    pub l0_flush_stall_threshold: usize,
+    /// Bytes of WAL history GC keeps below `last_record_lsn`.
+    pub gc_horizon: u64,
+    /// Time of history GC keeps; zero: only `gc_horizon` counts.
+    pub pitr_interval: Duration,
+    /// Background GC runs this often; zero: never.
+    pub gc_period: Duration,
+}
+
+impl CompactionConf {
+    /// The built-in defaults (`config/defaults.rs`).
+    pub fn defaults() -> CompactionConf {
+        CompactionConf {
+            compaction_threshold: 10,
+            compaction_target_size: 128 * 1024 * 1024,
+            compaction_period: Duration::from_secs(20),
+            image_creation_threshold: 3,
+            l0_flush_delay_threshold: 20,
+            l0_flush_stall_threshold: 40,
+            gc_horizon: 64 * 1024 * 1024,
+            pitr_interval: Duration::from_secs(7 * 24 * 3600),
+            gc_period: Duration::from_secs(3600),
+        }
+    }
 }
 
 impl StorageConf {
@@ -69,6 +113,8 @@ impl StorageConf {
             io_engine: io_engine::IoEngine::new(test_io_engine_kind()).unwrap(),
             direct_io: test_direct_io(),
             lsn_lease_length: Duration::from_secs(600),
+            compaction: CompactionConf::defaults(),
+            layer_index_cache_size: 64 * 1024 * 1024,
         }
     }
 

@@ -40,7 +40,7 @@ use utils::lsn::Lsn;
 use super::ephemeral_file::EphemeralFile;
 use super::inmemory_layer::InMemoryLayer;
 use super::key_index::KeyIndex;
-use super::{BlobRef, DeltaLayerName};
+use super::{BlobRef, LayerName};
 use header::{Header, Layout, BLOCK_BYTES, HEADER_READ_BYTES};
 
 const INDEX_ENTRY_SIZE: usize = KEY_SIZE + 8 + 8;
@@ -51,7 +51,7 @@ const _: () = assert!((COPY_CHUNK as u64).is_multiple_of(BLOCK_BYTES));
 const BUFFERED_READ_ALIGN: u64 = 512;
 
 pub struct DeltaLayer {
-    pub name: DeltaLayerName,
+    pub name: LayerName,
     pub path: PathBuf,
     pub file_size: u64,
     file: File,
@@ -196,7 +196,7 @@ impl DeltaLayer {
         );
         let key_range =
             Key::from_compact(index[0].0)..Key::from_compact(index[index.len() - 1].0).next();
-        let name = DeltaLayerName { key_range, lsn_range: layer.start_lsn..end_lsn };
+        let name = LayerName::delta(key_range, layer.start_lsn..end_lsn);
         let path = dir.join(name.to_string());
         let temp =
             engine.create_temp_direct(&path, direct_io).await.context("create layer file")?;
@@ -255,7 +255,7 @@ impl DeltaLayer {
         direct_io: bool,
     ) -> anyhow::Result<DeltaLayer> {
         let fname = path.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-        let name = DeltaLayerName::parse(fname).context("not a layer file name")?;
+        let name = LayerName::parse(fname).context("not a layer file name")?;
         let file = engine.open(path, OpenMode::READ).await?;
         let file_size = file.len().await?;
         ensure!(

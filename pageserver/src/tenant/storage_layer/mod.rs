@@ -1,5 +1,5 @@
-//! Storage layers: the in-memory layer (open or frozen) and L0 delta files
-//! (with a `KeyIndex` hash table over each delta file's sorted index).
+//! Storage layers: the in-memory layer (open or frozen), and layer files:
+//! delta layers (L0 from flushes, L1 from compaction) and image layers.
 //!
 //! Both keep values in the same serialized form (`value.rs`) and describe
 //! them with a `BlobRef` (offset, length, will_init), so a flush copies the
@@ -67,36 +67,72 @@ impl fmt::Debug for BlobRef {
     }
 }
 
-/// File name of a delta layer: `<key start>-<key end>__<lsn start>-<lsn end>`
-/// (36 hex digits per key, 16 per LSN; both ranges end-exclusive).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeltaLayerName {
+/// What a layer file holds: changes over an LSN range (a delta layer), or
+/// every key of its key range materialized at one LSN (an image layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayerKind {
+    Delta,
+    Image,
+}
+
+/// File name of a layer: a delta layer is `<key start>-<key end>__<lsn
+/// start>-<lsn end>`, an image layer `<key start>-<key end>__<lsn>` (36 hex
+/// digits per key, 16 per LSN; ranges end-exclusive). An image layer at LSN
+/// `l` has `lsn_range` `l..l+1`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LayerName {
+    pub kind: LayerKind,
     pub key_range: std::ops::Range<Key>,
     pub lsn_range: std::ops::Range<Lsn>,
 }
 
-impl fmt::Display for DeltaLayerName {
+impl fmt::Display for LayerName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}-{}__{}-{}",
+            "{}-{}__{}",
             self.key_range.start,
             self.key_range.end,
-            self.lsn_range.start.to_hex16(),
-            self.lsn_range.end.to_hex16()
-        )
+            self.lsn_range.start.to_hex16()
+        )?;
+        match self.kind {
+            LayerKind::Delta => write!(f, "-{}", self.lsn_range.end.to_hex16()),
+            LayerKind::Image => Ok(()),
+        }
     }
 }
 
-impl DeltaLayerName {
-    pub fn parse(name: &str) -> Option<DeltaLayerName> {
+impl LayerName {
+    pub fn delta(key_range: std::ops::Range<Key>, lsn_range: std::ops::Range<Lsn>) -> LayerName {
+        assert!(lsn_range.start < lsn_range.end, "empty LSN range {lsn_range:?}");
+        LayerName { kind: LayerKind::Delta, key_range, lsn_range }
+    }
+
+    pub fn image(key_range: std::ops::Range<Key>, lsn: Lsn) -> LayerName {
+        LayerName { kind: LayerKind::Image, key_range, lsn_range: lsn..lsn + 1 }
+    }
+
+    /// The image layer's LSN; panics on a delta layer name.
+    pub fn image_lsn(&self) -> Lsn {
+        assert_eq!(self.kind, LayerKind::Image, "{self} is not an image layer");
+        self.lsn_range.start
+    }
+
+    pub fn parse(name: &str) -> Option<LayerName> {
         let (keys, lsns) = name.split_once("__")?;
         let (k0, k1) = keys.split_once('-')?;
-        let (l0, l1) = lsns.split_once('-')?;
-        Some(DeltaLayerName {
-            key_range: k0.parse().ok()?..k1.parse().ok()?,
-            lsn_range: Lsn::from_hex16(l0).ok()?..Lsn::from_hex16(l1).ok()?,
-        })
+        let key_range = k0.parse().ok()?..k1.parse().ok()?;
+        match lsns.split_once('-') {
+            Some((l0, l1)) => {
+                let lsn_range = Lsn::from_hex16(l0).ok()?..Lsn::from_hex16(l1).ok()?;
+                (lsn_range.start < lsn_range.end).then_some(LayerName {
+                    kind: LayerKind::Delta,
+                    key_range,
+                    lsn_range,
+                })
+            }
+            None => Some(LayerName::image(key_range, Lsn::from_hex16(lsns).ok()?)),
+        }
     }
 }
 
@@ -114,9 +150,17 @@ mod tests {
 
     #[test]
     fn layer_name_round_trip() {
-        let n = DeltaLayerName { key_range: Key::MIN..Key::MAX, lsn_range: Lsn(0x10)..Lsn(0x2000) };
+        let n = LayerName::delta(Key::MIN..Key::MAX, Lsn(0x10)..Lsn(0x2000));
         let s = n.to_string();
-        assert_eq!(DeltaLayerName::parse(&s), Some(n));
-        assert_eq!(DeltaLayerName::parse("metadata"), None);
+        assert_eq!(LayerName::parse(&s), Some(n));
+        let i = LayerName::image(Key::MIN..Key::MAX, Lsn(0x10));
+        let s = i.to_string();
+        assert!(!s.ends_with(&Lsn(0x11).to_hex16()), "{s}");
+        assert_eq!(LayerName::parse(&s), Some(i.clone()));
+        assert_eq!(i.image_lsn(), Lsn(0x10));
+        assert_eq!(LayerName::parse("metadata"), None);
+        let backwards =
+            format!("{}-{}__{}-{}", Key::MIN, Key::MAX, Lsn(5).to_hex16(), Lsn(5).to_hex16());
+        assert_eq!(LayerName::parse(&backwards), None, "an empty LSN range is no layer");
     }
 }

@@ -28,7 +28,7 @@ use utils::lsn::Lsn;
 use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FILE};
 use super::super::storage_layer::delta_layer::DeltaLayer;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
-use super::super::storage_layer::DeltaLayerName;
+use super::super::storage_layer::LayerName;
 use super::super::StorageConf;
 
 /// The checked manifest and the loaded L0 layers, oldest first.
@@ -85,11 +85,11 @@ pub(super) async fn load_layers(
 /// Parse and check the listed names: ordered, contiguous from
 /// `initial_lsn + 1` (version-1 listings may have gaps), not beyond
 /// `disk_consistent_lsn + 1`.
-fn check_manifest(md: &TimelineMetadata, from_v1: bool) -> anyhow::Result<Vec<DeltaLayerName>> {
+fn check_manifest(md: &TimelineMetadata, from_v1: bool) -> anyhow::Result<Vec<LayerName>> {
     let mut names = Vec::with_capacity(md.layers.len());
     let mut expected_start = md.initial_lsn + 1;
     for entry in &md.layers {
-        let Some(name) = DeltaLayerName::parse(&entry.name) else {
+        let Some(name) = LayerName::parse(&entry.name) else {
             bail!("manifest lists {}, which is not a layer file name", entry.name);
         };
         let start = name.lsn_range.start;
@@ -117,7 +117,7 @@ async fn remove_unlisted(
     engine: &IoEngine,
     dir: &Path,
     listing: &[io_engine::DirEntry],
-    listed: &[DeltaLayerName],
+    listed: &[LayerName],
 ) -> anyhow::Result<()> {
     let mut removed = false;
     for entry in listing {
@@ -131,14 +131,14 @@ async fn remove_unlisted(
         }
         let leftover =
             fname.ends_with(io_engine::TEMP_SUFFIX) || fname.starts_with(EPHEMERAL_PREFIX);
-        let unlisted = DeltaLayerName::parse(&fname).is_some_and(|n| !listed.contains(&n));
+        let unlisted = LayerName::parse(&fname).is_some_and(|n| !listed.contains(&n));
         if leftover || unlisted {
             if unlisted {
                 info!("removing layer file {fname}: not in the manifest (written after the last durable flush)");
             }
             engine.remove_file(&path).await?;
             removed = true;
-        } else if DeltaLayerName::parse(&fname).is_none() {
+        } else if LayerName::parse(&fname).is_none() {
             warn!("ignoring unexpected file {}", path.display());
         }
     }
@@ -159,7 +159,7 @@ async fn layers_from_listing(
     let mut by_start = BTreeMap::new();
     for entry in listing {
         let fname = entry.name_lossy();
-        let Some(name) = DeltaLayerName::parse(&fname) else { continue };
+        let Some(name) = LayerName::parse(&fname) else { continue };
         if name.lsn_range.end <= disk_consistent_lsn + 1 {
             let file = engine.open(&dir.join(&entry.name), io_engine::OpenMode::READ).await?;
             let size_bytes = file.len().await?;
