@@ -382,12 +382,7 @@ impl Tenant {
         if engine.exists(&temp_dir).await.context("create timeline")? {
             engine.remove_dir_all(&temp_dir).await.context("remove leftover temp directory")?;
         }
-        let md = TimelineMetadata {
-            disk_consistent_lsn: initial_lsn,
-            initial_lsn,
-            pg_version,
-            layers: Vec::new(),
-        };
+        let md = TimelineMetadata::new_empty(initial_lsn, pg_version);
         Timeline::create_on_disk(&self.conf, &temp_dir, &md).await?;
         let tl = Timeline::load(
             self.conf.clone(),

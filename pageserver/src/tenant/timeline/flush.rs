@@ -19,6 +19,7 @@ use utils::lsn::Lsn;
 
 use super::super::metadata::LayerEntry;
 use super::super::storage_layer::delta_layer::DeltaLayer;
+use super::super::storage_layer::LayerLevel;
 use super::{Timeline, TimelineMetadata};
 use crate::metrics::storage as metrics;
 
@@ -132,7 +133,11 @@ impl Timeline {
         let lm = self.layers.read().unwrap();
         lm.l0_layers()
             .iter()
-            .map(|l| LayerEntry { name: l.name.to_string(), size_bytes: l.file_size })
+            .map(|l| LayerEntry {
+                name: l.name.to_string(),
+                size_bytes: l.file_size,
+                level: LayerLevel::L0,
+            })
             .collect()
     }
 
@@ -144,6 +149,7 @@ impl Timeline {
             initial_lsn: self.initial_lsn,
             pg_version: self.pg_version,
             layers: self.manifest_layers(),
+            ..TimelineMetadata::new_empty(self.initial_lsn, self.pg_version)
         };
         md.persist(&self.conf.io_engine, &self.dir).await?;
         failpoint("flush::after-metadata")?;

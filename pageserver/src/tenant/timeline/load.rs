@@ -28,7 +28,7 @@ use utils::lsn::Lsn;
 use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FILE};
 use super::super::storage_layer::delta_layer::DeltaLayer;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
-use super::super::storage_layer::LayerName;
+use super::super::storage_layer::{LayerLevel, LayerName};
 use super::super::StorageConf;
 
 /// The checked manifest and the loaded L0 layers, oldest first.
@@ -92,6 +92,12 @@ fn check_manifest(md: &TimelineMetadata, from_v1: bool) -> anyhow::Result<Vec<La
         let Some(name) = LayerName::parse(&entry.name) else {
             bail!("manifest lists {}, which is not a layer file name", entry.name);
         };
+        ensure!(
+            entry.level == LayerLevel::L0,
+            "manifest lists layer file {} as {}: only L0 layers are loaded yet",
+            entry.name,
+            entry.level
+        );
         let start = name.lsn_range.start;
         if start != expected_start && !(from_v1 && start > expected_start) {
             bail!(
@@ -163,7 +169,8 @@ async fn layers_from_listing(
         if name.lsn_range.end <= disk_consistent_lsn + 1 {
             let file = engine.open(&dir.join(&entry.name), io_engine::OpenMode::READ).await?;
             let size_bytes = file.len().await?;
-            by_start.insert(name.lsn_range.start, LayerEntry { name: fname, size_bytes });
+            let entry = LayerEntry { name: fname, size_bytes, level: LayerLevel::L0 };
+            by_start.insert(name.lsn_range.start, entry);
         }
     }
     Ok(by_start.into_values().collect())
