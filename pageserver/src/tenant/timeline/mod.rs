@@ -2,7 +2,7 @@
 //! flush machinery.
 //!
 //! LSNs: `last_record_lsn` — everything up to it is ingested and readable;
-//! `disk_consistent_lsn` — everything up to it is in L0 files on disk and
+//! `disk_consistent_lsn` — everything up to it is in layer files on disk and
 //! recorded in the metadata file. `disk_consistent_lsn <= last_record_lsn`.
 //!
 //! Concurrency contract:
@@ -20,8 +20,12 @@
 //!   the frozen layer, then persist `disk_consistent_lsn` in the metadata.
 //!   A failed flush is retried; ingest waits (backpressure) rather than lose
 //!   anything.
-//! - Readers snapshot the layer list (Arcs) under the `layers` lock and read
-//!   without it; a frozen layer being flushed stays readable until dropped.
+//! - Readers take a snapshot of the layer map (`ReadSnapshot`: an Arc of the
+//!   immutable historic part plus the in-memory layers) under the `layers`
+//!   lock and read without it; a layer replaced or removed meanwhile stays
+//!   readable until the snapshot is dropped. The snapshot carries the GC
+//!   cutoff it is valid for, so a read checks its LSN against the same
+//!   state it reads.
 //! - LSN leases (`lease.rs`): renewals serialize on the async `lease_write`
 //!   mutex, held across the durable write of the lease file; the new map is
 //!   installed in `leases` (a std mutex, never held across an await) only
@@ -70,6 +74,10 @@ pub struct LayerStats {
     pub in_memory_bytes: u64,
     pub l0_layers: usize,
     pub l0_bytes: u64,
+    pub l1_layers: usize,
+    pub l1_bytes: u64,
+    pub image_layers: usize,
+    pub image_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -167,7 +175,8 @@ impl Timeline {
     ) -> anyhow::Result<Arc<Timeline>> {
         let load::Loaded { md, layers } =
             load::load_layers(&conf, &dir, tenant_id, timeline_id).await?;
-        let layer_map = LayerMap::new(md.initial_lsn + 1, layers);
+        let layer_map =
+            LayerMap::try_new(md.initial_lsn + 1, md.gc_cutoff, layers, md.empty_strata.clone())?;
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
         let leases = LeaseMap::load(&conf.io_engine, &dir, SystemTime::now()).await?;
         let tl = Arc::new(Timeline {
@@ -319,12 +328,20 @@ impl Timeline {
     }
 
     pub fn layer_stats(&self) -> LayerStats {
-        let lm = self.layers.read().unwrap();
+        let (in_memory_layers, in_memory_bytes, historic) = {
+            let lm = self.layers.read().unwrap();
+            (lm.in_memory_layer_count(), lm.in_memory_bytes(), lm.historic().clone())
+        };
+        let h = historic.stats();
         LayerStats {
-            in_memory_layers: lm.in_memory_layer_count(),
-            in_memory_bytes: lm.in_memory_bytes(),
-            l0_layers: lm.l0_layers().len(),
-            l0_bytes: lm.l0_layers().iter().map(|l| l.file_size).sum(),
+            in_memory_layers,
+            in_memory_bytes,
+            l0_layers: h.l0_layers,
+            l0_bytes: h.l0_bytes,
+            l1_layers: h.l1_layers,
+            l1_bytes: h.l1_bytes,
+            image_layers: h.image_layers,
+            image_bytes: h.image_bytes,
         }
     }
 

@@ -1,8 +1,9 @@
 //! The timeline's read side: waiting for an LSN, and the vectored get.
 //!
-//! Readers snapshot the layer list (Arcs) under the `layers` lock and read
-//! without it; a frozen layer being flushed stays readable until dropped.
-//! Reads never take the writer lock.
+//! Readers take a snapshot of the layer map (`ReadSnapshot`) under the
+//! `layers` lock and read without it; a layer replaced or removed meanwhile
+//! stays readable until the snapshot is dropped. Reads never take the
+//! writer lock. A read below its snapshot's GC cutoff is refused.
 
 use std::time::Instant;
 
@@ -67,13 +68,13 @@ impl Timeline {
         if self.cancel.is_cancelled() {
             return Err(GetVectoredError::Cancelled);
         }
-        let layers = self.layers.read().unwrap().newest_first();
+        let snapshot = self.layers.read().unwrap().snapshot();
         let limits = vectored_read::ReadLimits {
             timeline: &self.read_slots,
             process: vectored_read::process_read_slots(),
         };
         let (results, stats) =
-            vectored_read::read(&self.conf.io_engine, &layers, queries, limits).await;
+            vectored_read::read(&self.conf.io_engine, &snapshot, queries, limits).await;
         metrics::record_vectored_read(
             kind as usize,
             kind.label(),

@@ -29,7 +29,7 @@ async fn two_layers() -> (tempfile::TempDir, TenantId, TimelineId, Vec<PathBuf>)
         tl.freeze_and_flush().await.unwrap();
     }
     let paths: Vec<PathBuf> =
-        tl.layers.read().unwrap().l0_layers().iter().map(|l| l.path.clone()).collect();
+        tl.layers.read().unwrap().historic().l0_layers().map(|l| l.path.clone()).collect();
     assert_eq!(paths.len(), 2);
     let ids = (t.id(), tl.timeline_id);
     mgr.shutdown().await;
