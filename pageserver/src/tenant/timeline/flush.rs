@@ -10,7 +10,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context};
 use tracing::{error, warn};
@@ -124,14 +124,32 @@ impl Timeline {
         Ok(())
     }
 
+    /// Persist the manifest as the layer map is now (after GC, compaction
+    /// or image creation changed it).
+    pub async fn persist_manifest(&self) -> anyhow::Result<()> {
+        self.persist_disk_consistent(self.get_disk_consistent_lsn()).await
+    }
+
     /// Persist the manifest: the layer map's historic layers with their
-    /// levels, its empty strata and GC cutoff, and `disk_consistent_lsn =
-    /// lsn`. The manifest is checked as start-up will check it before it is
-    /// written: a map start-up would refuse is an error here, not a
+    /// levels, its empty strata and GC cutoff, the LSN-by-time record with a
+    /// sample (now, disk_consistent_lsn), and `disk_consistent_lsn`: `lsn`,
+    /// or more if the map already holds (durable) layers beyond it.
+    ///
+    /// Manifest writes are serialized (`manifest_write`), and each lists
+    /// one snapshot of the map, so a later write never lists an older
+    /// state. The manifest is checked as start-up will check it before it
+    /// is written: a map start-up would refuse is an error here, not a
     /// timeline that fails to load after a restart.
     async fn persist_disk_consistent(&self, lsn: Lsn) -> anyhow::Result<()> {
         failpoint("flush::before-metadata")?;
+        let _writing = self.manifest_write.lock().await;
         let historic = self.layers.read().unwrap().historic().clone();
+        let lsn = lsn.max(self.get_disk_consistent_lsn()).max(Lsn(historic.end_lsn().0 - 1));
+        let lsn_by_time = {
+            let mut record = self.lsn_by_time.lock().unwrap();
+            record.record(SystemTime::now(), lsn);
+            record.clone()
+        };
         let layers = historic.all_historic().into_iter().map(|(level, l)| LayerEntry {
             name: l.name.to_string(),
             size_bytes: l.file_size,
@@ -144,7 +162,7 @@ impl Timeline {
             layers: layers.collect(),
             empty_strata: historic.empty_strata(),
             gc_cutoff: historic.gc_cutoff(),
-            ..TimelineMetadata::new_empty(self.initial_lsn, self.pg_version)
+            lsn_by_time,
         };
         load::check_manifest(&md).context("the manifest about to be written is invalid")?;
         md.persist(&self.conf.io_engine, &self.dir).await?;

@@ -3,7 +3,10 @@
 //! Readers take a snapshot of the layer map (`ReadSnapshot`) under the
 //! `layers` lock and read without it; a layer replaced or removed meanwhile
 //! stays readable until the snapshot is dropped. Reads never take the
-//! writer lock. A read below its snapshot's GC cutoff is refused.
+//! writer lock. An LSN below the GC cutoff is refused twice: early, by
+//! `check_lsn_readable` (a lock-free mirror of the cutoff), and by the read
+//! itself against its snapshot's cutoff (authoritative: GC raises the cutoff
+//! before it removes layers, in the map that snapshots copy).
 
 use std::time::Instant;
 
@@ -20,22 +23,27 @@ use crate::metrics::storage as metrics;
 
 /// Why an LSN cannot be read (whatever WAL may still arrive).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("LSN {lsn} is below the timeline's first readable LSN {min_readable} (its history starts there)")]
-pub struct LsnNotReadable {
-    pub lsn: Lsn,
-    pub min_readable: Lsn,
+pub enum LsnNotReadable {
+    #[error("LSN {lsn} is below the timeline's first readable LSN {min_readable} (its history starts there)")]
+    BeforeStart { lsn: Lsn, min_readable: Lsn },
+    #[error("LSN {lsn} is below the timeline's GC cutoff {gc_cutoff}: that history was garbage collected")]
+    GarbageCollected { lsn: Lsn, gc_cutoff: Lsn },
 }
 
 impl Timeline {
     /// Whether the history at `lsn` is kept: at or above the timeline's
     /// start (for a timeline following a primary, where its base backup
-    /// became consistent). The one place for this rule: a GC cutoff will be
-    /// checked here too. `lsn` above `last_record_lsn` is readable once
-    /// the WAL arrives (`wait_lsn`).
+    /// became consistent) and at or above the GC cutoff. The one place for
+    /// this rule. `lsn` above `last_record_lsn` is readable once the WAL
+    /// arrives (`wait_lsn`).
     pub fn check_lsn_readable(&self, lsn: Lsn) -> Result<(), LsnNotReadable> {
         let min_readable = self.min_readable_lsn();
         if lsn < min_readable {
-            return Err(LsnNotReadable { lsn, min_readable });
+            return Err(LsnNotReadable::BeforeStart { lsn, min_readable });
+        }
+        let gc_cutoff = self.gc_cutoff();
+        if lsn < gc_cutoff {
+            return Err(LsnNotReadable::GarbageCollected { lsn, gc_cutoff });
         }
         Ok(())
     }
