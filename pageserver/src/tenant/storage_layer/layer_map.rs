@@ -318,7 +318,9 @@ impl<L: HistoricLayer> LayerMap<L> {
     }
 
     /// Image creation: add image layers at `lsn`, disjoint in keys among
-    /// themselves and from the images already at `lsn`.
+    /// themselves and from the images already at `lsn`. (The timeline's
+    /// manifest writer refuses an image above `disk_consistent_lsn`, as
+    /// start-up would: create images at or below it.)
     pub fn add_images(&mut self, lsn: Lsn, layers: Vec<Arc<L>>) {
         self.change_historic(|h| h.add_images(lsn, layers));
     }
