@@ -1,8 +1,12 @@
 //! The read path: plan every value a vectored get needs, coalesce the reads
 //! per layer into aligned chunks, issue them together, then reconstruct.
 //!
-//! Planning uses only the indexes (which carry `will_init`), so no value is
-//! read before the plan is complete. Per layer, each needed value becomes a
+//! Planning walks the layer map's snapshot (`ReadSnapshot::walk`): per key,
+//! only the layers that may hold its values above its newest image, newest
+//! first, each with a floor below which its entries are superseded, until
+//! a value that initializes the page. It uses only the indexes (which carry
+//! `will_init`), so no value is read before the plan is complete. A query
+//! below the snapshot's GC cutoff is refused: its history may be gone. Per layer, each needed value becomes a
 //! range aligned to the layer's read alignment (512 bytes through the page
 //! cache, 4 KiB under direct IO); ranges are sorted and merged when they
 //! overlap or touch, up to `MAX_CHUNK` bytes, so a chunk shared by several
@@ -17,6 +21,7 @@
 //! time. Permits are taken timeline first, then process: one order, so
 //! gets cannot deadlock on them.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -27,7 +32,7 @@ use smallvec::SmallVec;
 use utils::lsn::Lsn;
 
 use super::reconstruct::reconstruct;
-use super::storage_layer::layer_map::ReadableLayer;
+use super::storage_layer::layer_map::{ReadSnapshot, ReadableLayer};
 use super::storage_layer::BlobRef;
 use super::value::Value;
 use super::PageReconstructError;
@@ -113,10 +118,11 @@ enum ChunkRead<'a, F> {
     Other(F),
 }
 
-/// Read `queries` (key at LSN) through `layers` (newest first).
+/// Read `queries` (key at LSN) through the layers of `snapshot`. A query
+/// below the snapshot's GC cutoff is refused (`GarbageCollected`).
 pub async fn read(
     engine: &IoEngine,
-    layers: &[ReadableLayer],
+    snapshot: &ReadSnapshot,
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
 ) -> (Vec<Result<Bytes, PageReconstructError>>, ReadStats) {
@@ -134,20 +140,28 @@ pub async fn read(
         slot_of.push(slot);
     }
 
-    // Plan: walk layers newest first until each key reaches a will_init value.
+    // Plan: walk the layers a key needs (`LayerMap` module comment), newest
+    // first, until it reaches a will_init value. `layers` lists the layers
+    // that hold planned values, each once.
+    let gc_cutoff = snapshot.gc_cutoff();
+    let mut layers: Vec<ReadableLayer> = Vec::new();
+    let mut layer_index: HashMap<usize, usize> = HashMap::new();
     let mut scratch = Vec::new();
-    for q in uniq.iter_mut() {
+    for q in uniq.iter_mut().filter(|q| q.lsn >= gc_cutoff) {
         let ck = q.key.to_compact();
-        for (li, layer) in layers.iter().enumerate() {
-            if layer.start_lsn() > q.lsn {
-                continue;
-            }
+        for (layer, floor) in snapshot.walk(q.key, q.lsn) {
             scratch.clear();
-            let done = match layer {
-                ReadableLayer::InMemory(l) => l.collect(ck, q.lsn, &mut scratch),
-                ReadableLayer::Delta(l) => l.collect(ck, q.lsn, &mut scratch),
+            let done = match &layer {
+                ReadableLayer::InMemory(l) => l.collect(ck, q.lsn, floor, &mut scratch),
+                ReadableLayer::Historic(l) => l.collect(ck, q.lsn, floor, &mut scratch),
             };
-            q.plan.extend(scratch.iter().map(|&(lsn, b)| (li, lsn, b)));
+            if !scratch.is_empty() {
+                let li = *layer_index.entry(layer.id()).or_insert_with(|| {
+                    layers.push(layer.clone());
+                    layers.len() - 1
+                });
+                q.plan.extend(scratch.iter().map(|&(lsn, b)| (li, lsn, b)));
+            }
             if done {
                 q.complete = true;
                 break;
@@ -171,7 +185,7 @@ pub async fn read(
         }
         let (limit, align) = match &layers[li] {
             ReadableLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
-            ReadableLayer::Delta(l) => (u64::MAX, l.read_align()),
+            ReadableLayer::Historic(l) => (u64::MAX, l.read_align()),
         };
         chunks.extend(coalesce(ranges, limit, align).into_iter().map(|r| (li, r)));
     }
@@ -181,7 +195,7 @@ pub async fn read(
         let len = (r.end - r.start) as usize;
         match &layers[*li] {
             ReadableLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
-            ReadableLayer::Delta(l) => ChunkRead::File(l.chunk_read(r.start, len)),
+            ReadableLayer::Historic(l) => ChunkRead::File(l.chunk_read(r.start, len)),
         }
     });
     let bufs = read_bounded(engine, reads.collect(), limits).await;
@@ -190,6 +204,13 @@ pub async fn read(
     let results: Vec<Result<Bytes, PageReconstructError>> = uniq
         .into_iter()
         .map(|q| {
+            if q.lsn < gc_cutoff {
+                return Err(PageReconstructError::GarbageCollected {
+                    key: q.key,
+                    lsn: q.lsn,
+                    gc_cutoff,
+                });
+            }
             if !q.complete {
                 return Err(if q.plan.is_empty() {
                     PageReconstructError::MissingKey { key: q.key, lsn: q.lsn }

@@ -323,12 +323,18 @@ impl DeltaLayer {
     }
 
     /// Same contract as `InMemoryLayer::collect`.
-    pub fn collect(&self, key: CompactKey, lsn: Lsn, out: &mut Vec<(Lsn, BlobRef)>) -> bool {
+    pub fn collect(
+        &self,
+        key: CompactKey,
+        lsn: Lsn,
+        floor: Lsn,
+        out: &mut Vec<(Lsn, BlobRef)>,
+    ) -> bool {
         // Entries of `key` with LSN <= lsn end just before `end`, the
         // partition point of `(k, l) <= (key, lsn)` in the index.
         let end = self.partition_point(key, lsn);
         for &(k, l, blob) in self.index[..end].iter().rev() {
-            if k != key {
+            if k != key || l <= floor {
                 break;
             }
             out.push((l, blob));

@@ -75,6 +75,36 @@ pub enum LayerKind {
     Image,
 }
 
+/// Where a historic layer sits in the layer map and the manifest: an L0
+/// delta (one flush: every key, one flush's LSN range), an L1 delta (one key
+/// range of a compaction's output) or an image layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LayerLevel {
+    L0,
+    L1,
+    Image,
+}
+
+impl LayerLevel {
+    /// The kind of file a layer of this level is.
+    pub fn kind(self) -> LayerKind {
+        match self {
+            LayerLevel::L0 | LayerLevel::L1 => LayerKind::Delta,
+            LayerLevel::Image => LayerKind::Image,
+        }
+    }
+}
+
+impl fmt::Display for LayerLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LayerLevel::L0 => "L0",
+            LayerLevel::L1 => "L1",
+            LayerLevel::Image => "image",
+        })
+    }
+}
+
 /// File name of a layer: a delta layer is `<key start>-<key end>__<lsn
 /// start>-<lsn end>`, an image layer `<key start>-<key end>__<lsn>` (36 hex
 /// digits per key, 16 per LSN; ranges end-exclusive). An image layer at LSN

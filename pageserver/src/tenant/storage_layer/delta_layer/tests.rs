@@ -41,7 +41,10 @@ async fn check_values(layer: &DeltaLayer) {
     let align = layer.read_align();
     for (key, lsn, expected) in values() {
         let mut found = Vec::new();
-        layer.collect(key.to_compact(), lsn, &mut found);
+        layer.collect(key.to_compact(), lsn, Lsn(0), &mut found);
+        let mut above_floor = Vec::new();
+        let done = layer.collect(key.to_compact(), lsn, lsn, &mut above_floor);
+        assert!(!done && above_floor.is_empty(), "a floor at {lsn} excludes the value at {lsn}");
         let (got_lsn, blob) = found[0];
         assert_eq!(got_lsn, lsn);
         let start = blob.offset() / align * align;
