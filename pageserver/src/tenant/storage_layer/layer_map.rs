@@ -21,22 +21,22 @@ use std::sync::Arc;
 use pageserver_api::key::Key;
 use utils::lsn::Lsn;
 
-use super::delta_layer::DeltaLayer;
 use super::inmemory_layer::InMemoryLayer;
+use super::layer_file::LayerFile;
 
 pub struct LayerMap {
     /// Where the oldest layer starts (`initial_lsn + 1`).
     start_lsn: Lsn,
     open: Option<Arc<InMemoryLayer>>,
     frozen: VecDeque<Arc<InMemoryLayer>>,
-    l0: Vec<Arc<DeltaLayer>>,
+    l0: Vec<Arc<LayerFile>>,
 }
 
 /// A layer in a read plan.
 #[derive(Clone)]
 pub enum ReadableLayer {
     InMemory(Arc<InMemoryLayer>),
-    Delta(Arc<DeltaLayer>),
+    Delta(Arc<LayerFile>),
 }
 
 impl ReadableLayer {
@@ -69,7 +69,7 @@ impl ReadableLayer {
 impl LayerMap {
     /// A map of loaded L0 layers (sorted by LSN, disjoint; see the module
     /// comment for gaps); panics if they are not.
-    pub fn new(start_lsn: Lsn, l0: Vec<Arc<DeltaLayer>>) -> LayerMap {
+    pub fn new(start_lsn: Lsn, l0: Vec<Arc<LayerFile>>) -> LayerMap {
         for w in l0.windows(2) {
             assert!(
                 w[0].lsn_range().end <= w[1].lsn_range().start,
@@ -127,7 +127,7 @@ impl LayerMap {
 
     /// Replace the oldest frozen layer with the L0 file it was flushed to
     /// (`None` when it held no values).
-    pub fn replace_flushed(&mut self, flushed: &Arc<InMemoryLayer>, l0: Option<Arc<DeltaLayer>>) {
+    pub fn replace_flushed(&mut self, flushed: &Arc<InMemoryLayer>, l0: Option<Arc<LayerFile>>) {
         let front = self.frozen.pop_front().expect("flushed layer is in the map");
         assert!(Arc::ptr_eq(&front, flushed), "layers must be flushed oldest first");
         if let Some(l0) = l0 {
@@ -142,7 +142,7 @@ impl LayerMap {
         }
     }
 
-    pub fn l0_layers(&self) -> &[Arc<DeltaLayer>] {
+    pub fn l0_layers(&self) -> &[Arc<LayerFile>] {
         &self.l0
     }
 

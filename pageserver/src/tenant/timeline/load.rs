@@ -26,15 +26,15 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FILE};
-use super::super::storage_layer::delta_layer::DeltaLayer;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
+use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::LayerName;
 use super::super::StorageConf;
 
 /// The checked manifest and the loaded L0 layers, oldest first.
 pub(super) struct Loaded {
     pub md: TimelineMetadata,
-    pub layers: Vec<Arc<DeltaLayer>>,
+    pub layers: Vec<Arc<LayerFile>>,
 }
 
 pub(super) async fn load_layers(
@@ -67,7 +67,7 @@ pub(super) async fn load_layers(
             path.display(),
             entry.size_bytes
         );
-        let layer = DeltaLayer::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
+        let layer = LayerFile::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
         debug_assert_eq!(&layer.name, name);
         layers.push(Arc::new(layer));
     }
