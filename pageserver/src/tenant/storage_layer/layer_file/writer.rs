@@ -186,7 +186,8 @@ struct ValueSink {
     filling: AlignedBuf,
     /// File offset of `filling`'s first byte.
     filling_at: u64,
-    in_flight: Option<JoinHandle<anyhow::Result<AlignedBuf>>>,
+    /// The write of the other buffer; it returns its clone of `temp`.
+    in_flight: Option<JoinHandle<(Arc<TempFile>, anyhow::Result<AlignedBuf>)>>,
     /// Value bytes appended.
     len: u64,
 }
@@ -216,10 +217,10 @@ impl ValueSink {
 
     /// The buffer of the write in flight, once it is done.
     async fn wait(&mut self) -> anyhow::Result<Option<AlignedBuf>> {
-        match self.in_flight.take() {
-            Some(task) => Ok(Some(task.await.context("layer value write task")??)),
-            None => Ok(None),
-        }
+        let Some(task) = self.in_flight.take() else { return Ok(None) };
+        let (temp, res) = task.await.context("layer value write task")?;
+        drop(temp);
+        Ok(Some(res?))
     }
 
     /// Start writing `filling` (padded to a block) and fill the other buffer.
@@ -231,7 +232,10 @@ impl ValueSink {
         let at = self.filling_at;
         self.filling_at += full.len() as u64;
         let temp = self.temp.clone();
-        self.in_flight = Some(tokio::spawn(async move { write_at(temp.file(), full, at).await }));
+        self.in_flight = Some(tokio::spawn(async move {
+            let res = write_at(temp.file(), full, at).await;
+            (temp, res)
+        }));
         Ok(())
     }
 
@@ -241,8 +245,8 @@ impl ValueSink {
             self.submit().await?;
         }
         self.wait().await?;
-        let temp = Arc::try_unwrap(self.temp).ok().expect("no write in flight holds the file");
-        Ok(temp)
+        // The last write returned its clone: this one is the only one left.
+        Ok(Arc::try_unwrap(self.temp).ok().expect("no write in flight holds the file"))
     }
 }
 
@@ -266,6 +270,9 @@ pub struct LayerWriter {
 static NEXT_WRITER: AtomicU64 = AtomicU64::new(0);
 
 impl LayerWriter {
+    /// Start a layer file of `kind` over `lsn_range` in `dir` (a temp file
+    /// until `finish`), for direct IO when `direct_io`. Panics on an empty
+    /// LSN range, or an image layer's range that is not one LSN.
     pub async fn new(
         engine: &IoEngine,
         dir: &Path,
