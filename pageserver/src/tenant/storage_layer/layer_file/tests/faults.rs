@@ -15,8 +15,8 @@ use crate::tenant::storage_layer::layer_map::ReadableLayer;
 use crate::tenant::vectored_read::{self, ReadLimits};
 use crate::tenant::PageReconstructError;
 
-/// 40,000 keys at 0x20 (will_init) and 0x30: entries `2k` and `2k + 1`
-/// are key `k`'s, 240 entries a leaf, three levels.
+/// `keys` keys at 0x20 (will_init) and 0x30: entries `2k` and `2k + 1`
+/// are key `k`'s, 240 entries a leaf (40,000 keys: three levels).
 fn two_versions(keys: u32) -> Model {
     let mut m = Model::new();
     for k in 0..keys {
@@ -181,4 +181,26 @@ async fn a_dropped_or_empty_writer_leaves_only_a_temp_file() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         assert!(name.ends_with(io_engine::TEMP_SUFFIX), "{name} is not a temp file");
     }
+}
+
+#[tokio::test]
+async fn a_failed_commit_leaves_only_a_temp_file() {
+    if !utils::failpoint::ENABLED {
+        return; // built without the testing feature
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = writer(dir.path(), LayerKind::Image, Lsn(0x10)..Lsn(0x11)).await;
+    w.put_raw(key(1), Lsn(0x10), b"image", true).await.unwrap();
+    let fp = "layer-write::before-rename";
+    utils::failpoint::configure(fp, utils::failpoint::Action::Return);
+    let res = w.finish(Key::from_compact(key(2))).await;
+    utils::failpoint::configure(fp, utils::failpoint::Action::Off);
+    let err = format!("{:#}", res.err().unwrap());
+    assert!(err.contains(fp), "{err}");
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 1);
+    assert!(names[0].ends_with(io_engine::TEMP_SUFFIX), "{names:?}");
 }
