@@ -82,9 +82,9 @@ impl LegacyIndex {
     }
 }
 
-/// The index region of a legacy file: entries, then their CRC (tests only:
-/// the daemon writes version 3).
-#[cfg(test)]
+/// The index region of a legacy file: entries, then their CRC (tests and
+/// benches only: the daemon writes version 3).
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn encode(entries: &[(CompactKey, Lsn, BlobRef)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entries.len() * ENTRY_BYTES + 4);
     for (k, lsn, blob) in entries {
@@ -95,4 +95,43 @@ pub(super) fn encode(entries: &[(CompactKey, Lsn, BlobRef)]) -> Vec<u8> {
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl super::LayerFile {
+    /// Write a copy of this version 3 delta layer into `dir` in format
+    /// `version` (1 or 2), as older daemons wrote it: same values, flat
+    /// index, legacy header. For tests and benches of the legacy path.
+    pub async fn write_legacy_copy(
+        &self,
+        version: u16,
+        dir: &std::path::Path,
+    ) -> anyhow::Result<std::path::PathBuf> {
+        use super::header::Layout;
+        let layout = match version {
+            1 => Layout::V1,
+            2 => Layout::V2,
+            v => bail!("format version {v} has no flat index"),
+        };
+        let bytes = self.engine.read_file(&self.path, self.file_size as usize).await?;
+        let mut h = Header::decode(&bytes[..super::HEADER_READ_BYTES as usize])?;
+        ensure!(h.tree.is_some() && h.kind == super::LayerKind::Delta, "not a v3 delta layer");
+        let values = &bytes[h.layout.values_offset() as usize..][..h.values_len as usize];
+        let mut entries = Vec::new();
+        let mut cursor = self.entry_cursor();
+        while let Some(leaf) = cursor.next_leaf().await? {
+            entries.extend(leaf);
+        }
+        (h.layout, h.tree) = (layout, None);
+        h.index_offset = layout.index_offset(h.values_len);
+        let mut out = h.encode();
+        out.extend_from_slice(values);
+        out.resize(h.index_offset as usize, 0);
+        out.extend_from_slice(&encode(&entries));
+        let end = layout.file_size(h.index_offset, index_bytes(entries.len() as u64));
+        out.resize(end as usize, 0);
+        let path = dir.join(self.name.to_string());
+        self.engine.write_file_durably(&path, &out).await?;
+        Ok(path)
+    }
 }

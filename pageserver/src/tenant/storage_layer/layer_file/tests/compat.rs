@@ -9,8 +9,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use utils::lsn::Lsn;
 
-use super::super::header::{Header, Layout};
-use super::super::{legacy, LayerFile};
+use super::super::header::Layout;
+use super::super::LayerFile;
 use super::*;
 use crate::tenant::storage_layer::inmemory_layer::InMemoryLayer;
 
@@ -59,32 +59,6 @@ async fn a_version_2_file_of_the_previous_daemon_loads_and_reads() {
     assert_eq!(out.len(), 1);
 }
 
-/// Copy a version 3 file into `dir` as `layout` (1 or 2): same values, the
-/// flat index, the legacy header.
-async fn copy_as_legacy(layer: &LayerFile, layout: Layout, dir: &Path) -> PathBuf {
-    let bytes = std::fs::read(&layer.path).unwrap();
-    let mut h = Header::decode(&bytes[..512]).unwrap();
-    let values = bytes[4096..][..h.values_len as usize].to_vec();
-    let mut entries = Vec::new();
-    let mut cursor = layer.entry_cursor();
-    while let Some(leaf) = cursor.next_leaf().await.unwrap() {
-        entries.extend(leaf);
-    }
-    (h.layout, h.tree) = (layout, None);
-    h.index_offset = layout.index_offset(h.values_len);
-    let mut out = h.encode();
-    out.extend_from_slice(&values);
-    out.resize(h.index_offset as usize, 0);
-    out.extend_from_slice(&legacy::encode(&entries));
-    out.resize(
-        layout.file_size(h.index_offset, legacy::index_bytes(entries.len() as u64)) as usize,
-        0,
-    );
-    let path = dir.join(layer.path.file_name().unwrap());
-    std::fs::write(&path, out).unwrap();
-    path
-}
-
 #[tokio::test]
 async fn versions_1_and_2_answer_like_version_3() {
     let seed = seed();
@@ -93,7 +67,7 @@ async fn versions_1_and_2_answer_like_version_3() {
     for layout in [Layout::V1, Layout::V2] {
         let (dir, old_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let v3 = write(dir.path(), LayerKind::Delta, Lsn(0x10)..Lsn(0x10000), &m).await;
-        let path = copy_as_legacy(&v3, layout, old_dir.path()).await;
+        let path = v3.write_legacy_copy(layout.version, old_dir.path()).await.unwrap();
         let old = LayerFile::load(&engine(), &path, TENANT, TIMELINE, direct()).await.unwrap();
         assert_eq!(old.format_version(), layout.version);
         if layout == Layout::V1 {
