@@ -41,6 +41,23 @@ const _: () = assert!(INDEX_BLOCK_BYTES.is_multiple_of(io_engine::DIRECT_IO_ALIG
 /// `(key, lsn)` as the bytes an index compares.
 pub type SearchKey = [u8; SEARCH_KEY_BYTES];
 
+/// A search key as two overlapping big-endian integers, bytes `0..16` and
+/// `10..26`: the pairs compare like the bytes (when the first 16 bytes are
+/// equal, so are bytes 10..16, and the second integer compares bytes
+/// 16..26), in two integer comparisons instead of a `memcmp` call.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct SortInts(u128, u128);
+
+impl SortInts {
+    fn of(sk: &[u8]) -> SortInts {
+        let (head, tail) = (&sk[..16], &sk[SEARCH_KEY_BYTES - 16..SEARCH_KEY_BYTES]);
+        SortInts(
+            u128::from_be_bytes(head.try_into().unwrap()),
+            u128::from_be_bytes(tail.try_into().unwrap()),
+        )
+    }
+}
+
 pub fn search_key(key: CompactKey, lsn: Lsn) -> SearchKey {
     let mut sk = [0u8; SEARCH_KEY_BYTES];
     Key::from_compact(key).write_be((&mut sk[..KEY_SIZE]).try_into().unwrap());
@@ -189,10 +206,11 @@ impl<'a> Block<'a> {
 
     /// How many entries have a search key `<= target`.
     pub fn partition_point(&self, target: &SearchKey) -> usize {
+        let target = SortInts::of(target);
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.search_key(mid) <= &target[..] {
+            if SortInts::of(self.search_key(mid)) <= target {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -239,6 +257,8 @@ mod tests {
             let (x, y) = (w[0], w[1]);
             assert_eq!(x.cmp(&y), search_key(x.0, x.1).cmp(&search_key(y.0, y.1)), "{x:?} {y:?}");
             assert_eq!(decode_search_key(&search_key(x.0, x.1)), x);
+            let (a, b) = (search_key(x.0, x.1), search_key(y.0, y.1));
+            assert_eq!(a.cmp(&b), SortInts::of(&a).cmp(&SortInts::of(&b)));
         }
     }
 
