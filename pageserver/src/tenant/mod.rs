@@ -181,6 +181,14 @@ pub enum PageReconstructError {
         #[source]
         source: value::ValueDecodeError,
     },
+    /// A layer file's index could not be read: an IO error, or a corrupt
+    /// index block (the source names the file and the block).
+    #[error("reading the index of layer {layer}: {source}")]
+    LayerIndex {
+        layer: String,
+        #[source]
+        source: storage_layer::layer_file::LayerReadError,
+    },
     #[error("IO error reading layer {layer}: {source}")]
     Io {
         layer: String,

@@ -98,10 +98,9 @@ impl InMemoryLayer {
         Ok(())
     }
 
-    /// Values of `key` at or below `lsn` and above `floor` (the layer map's
-    /// floor: older values are superseded by an image), newest first, up to
-    /// and including the first `will_init` one. Returns whether a
-    /// `will_init` was reached.
+    /// Values of `key` with `floor < LSN <= lsn`, newest first, up to and
+    /// including the first `will_init` one. Returns whether a `will_init`
+    /// was reached.
     pub fn collect(
         &self,
         key: CompactKey,

@@ -53,7 +53,7 @@ use std::sync::Arc;
 use pageserver_api::key::Key;
 use utils::lsn::Lsn;
 
-use super::delta_layer::DeltaLayer;
+use super::layer_file::LayerFile;
 use super::inmemory_layer::InMemoryLayer;
 use super::{LayerLevel, LayerName};
 
@@ -65,7 +65,7 @@ pub trait HistoricLayer {
     fn file_size(&self) -> u64;
 }
 
-impl HistoricLayer for DeltaLayer {
+impl HistoricLayer for LayerFile {
     fn layer_name(&self) -> &LayerName {
         &self.name
     }
@@ -91,14 +91,14 @@ impl HistoricLayer for LayerDesc {
     }
 }
 
-pub struct LayerMap<L = DeltaLayer> {
+pub struct LayerMap<L = LayerFile> {
     open: Option<Arc<InMemoryLayer>>,
     frozen: VecDeque<Arc<InMemoryLayer>>,
     historic: Arc<Historic<L>>,
 }
 
 /// A layer in a read plan.
-pub enum ReadableLayer<L = DeltaLayer> {
+pub enum ReadableLayer<L = LayerFile> {
     InMemory(Arc<InMemoryLayer>),
     Historic(Arc<L>),
 }
@@ -133,7 +133,7 @@ impl<L: HistoricLayer> ReadableLayer<L> {
 
 /// What a read sees: the in-memory layers (newest first) and the historic
 /// part, as of one moment. Later changes of the map do not affect it.
-pub struct ReadSnapshot<L = DeltaLayer> {
+pub struct ReadSnapshot<L = LayerFile> {
     in_memory: Vec<Arc<InMemoryLayer>>,
     historic: Arc<Historic<L>>,
 }

@@ -5,10 +5,11 @@
 //! them with a `BlobRef` (offset, length, will_init), so a flush copies the
 //! value bytes verbatim and planning a read never needs to read a value.
 
-pub mod delta_layer;
+pub mod block_cache;
+pub mod chunks;
 pub mod ephemeral_file;
 pub mod inmemory_layer;
-pub mod key_index;
+pub mod layer_file;
 pub mod layer_map;
 
 use std::fmt;

@@ -18,7 +18,7 @@ use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
 
 use super::super::metadata::LayerEntry;
-use super::super::storage_layer::delta_layer::DeltaLayer;
+use super::super::storage_layer::layer_file::LayerFile;
 use super::{load, Timeline, TimelineMetadata};
 use crate::metrics::storage as metrics;
 
@@ -97,7 +97,7 @@ impl Timeline {
             let Some(layer) = self.layers.read().unwrap().oldest_frozen() else { break };
             let started = Instant::now();
             failpoint("flush::before-write-layer")?;
-            let l0 = DeltaLayer::write_from_inmemory(
+            let l0 = LayerFile::write_from_inmemory(
                 &self.conf.io_engine,
                 &self.dir,
                 self.tenant_id,

@@ -36,7 +36,7 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FILE};
-use super::super::storage_layer::delta_layer::DeltaLayer;
+use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
 use super::super::storage_layer::layer_map::{LayerDesc, LayerMap};
 use super::super::storage_layer::{LayerKind, LayerLevel, LayerName};
@@ -46,7 +46,7 @@ use super::super::StorageConf;
 /// manifest's order).
 pub(super) struct Loaded {
     pub md: TimelineMetadata,
-    pub layers: Vec<(LayerLevel, Arc<DeltaLayer>)>,
+    pub layers: Vec<(LayerLevel, Arc<LayerFile>)>,
 }
 
 pub(super) async fn load_layers(
@@ -80,7 +80,7 @@ pub(super) async fn load_layers(
             path.display(),
             entry.size_bytes
         );
-        let layer = DeltaLayer::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
+        let layer = LayerFile::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
         debug_assert_eq!(&layer.name, name);
         layers.push((entry.level, Arc::new(layer)));
     }

@@ -17,6 +17,7 @@ use tracing::error;
 use utils::lsn::Lsn;
 use utils::seqwait::SeqWaitError;
 
+use super::super::storage_layer::layer_file::LayerReadError;
 use super::super::{vectored_read, GetVectoredError, PageReconstructError, ReadKind, WaitLsnError};
 use super::Timeline;
 use crate::metrics::storage as metrics;
@@ -94,12 +95,15 @@ impl Timeline {
         Ok(results)
     }
 
-    /// Corruption found while serving is loud: every corrupt value is
-    /// counted (`pageserver_layer_corruption_errors_total`) and logged at
-    /// ERROR with tenant, timeline, layer file, key and LSN, at most once
-    /// per `CORRUPTION_LOG_INTERVAL` per layer file.
+    /// Corruption found while serving is loud: every corrupt value or index
+    /// block is counted (`pageserver_layer_corruption_errors_total`) and
+    /// logged at ERROR with tenant, timeline, layer file (and key and LSN
+    /// of a value), at most once per `CORRUPTION_LOG_INTERVAL` per layer file.
     fn report_corruption(&self, results: &[Result<Bytes, PageReconstructError>]) {
         for r in results {
+            if let Err(PageReconstructError::LayerIndex { layer, source }) = r {
+                self.report_corrupt_index(layer, source);
+            }
             let Err(PageReconstructError::CorruptValue { key, lsn, layer, source }) = r else {
                 continue;
             };
@@ -114,6 +118,21 @@ impl Timeline {
                     "corrupt value in layer file {layer}: {source}"
                 );
             }
+        }
+    }
+
+    fn report_corrupt_index(&self, layer: &str, err: &LayerReadError) {
+        if !matches!(err, LayerReadError::CorruptBlock { .. }) {
+            return;
+        }
+        metrics::LAYER_CORRUPTION_ERRORS.inc();
+        if self.corruption_log.should_log(layer) {
+            error!(
+                tenant_id = %self.tenant_id,
+                timeline_id = %self.timeline_id,
+                layer = %layer,
+                "corrupt index in layer file {layer}: {err}"
+            );
         }
     }
 
