@@ -178,6 +178,8 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
     // The tenants get their own token: they must outlive the services that use
     // them and are stopped by `TenantManager::shutdown()`, not by the root token.
     let tenants_cancel = CancellationToken::new();
+    // Before any layer is loaded: the cache of layer index blocks.
+    pageserver::tenant::storage_layer::block_cache::init(conf.layer_index_cache_size);
     let tenants = TenantManager::load(Arc::new(conf.storage_conf()), tenants_cancel.clone())
         .await
         .context("cannot load tenants")?;

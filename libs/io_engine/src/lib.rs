@@ -487,6 +487,19 @@ impl TempFile {
         &self.tmp
     }
 
+    /// Make `commit` rename to `path` instead: for a file whose final name
+    /// is known only once it is written (a layer file named by its key
+    /// range). `path` must be in the same directory, whose fsync makes the
+    /// rename durable; the temp file keeps its name until then.
+    pub fn retarget(&mut self, path: &Path) {
+        assert_eq!(
+            path.parent(),
+            self.path.parent(),
+            "a temp file is renamed within its directory"
+        );
+        self.path = path.to_path_buf();
+    }
+
     /// fsync, rename into place, fsync the directory, with a failpoint
     /// before each step and after the last (see `with_failpoints`).
     pub async fn commit(self) -> io::Result<File> {

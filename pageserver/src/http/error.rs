@@ -135,6 +135,7 @@ impl From<PageReconstructError> for ApiError {
     fn from(e: PageReconstructError) -> ApiError {
         match e {
             PageReconstructError::MissingKey { .. } => ApiError::NotFound(e.to_string()),
+            PageReconstructError::GarbageCollected { .. } => ApiError::BadRequest(e.to_string()),
             _ => ApiError::Internal(anyhow::Error::new(e)),
         }
     }

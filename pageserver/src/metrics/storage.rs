@@ -1,5 +1,5 @@
 //! Storage-engine metrics: flushes, in-memory layers, vectored reads,
-//! ingest backpressure. Registered at start-up by `register()`.
+//! the layer index block cache, ingest backpressure. Registered at start-up by `register()`.
 
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
@@ -62,7 +62,33 @@ pub static LAYER_CORRUPTION_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("register metric")
 });
 
-/// Tenants that could not be loaded at start-up (Broken), until deleted.
+/// Layer index block reads the block cache served (`block_cache.rs`).
+pub static LAYER_INDEX_CACHE_HITS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_layer_index_cache_hits_total",
+        "Layer index block reads served by the layer index cache"
+    )
+    .expect("register metric")
+});
+
+/// Layer index block reads that had to read the block from its file.
+pub static LAYER_INDEX_CACHE_MISSES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_layer_index_cache_misses_total",
+        "Layer index block reads that read the block from its layer file"
+    )
+    .expect("register metric")
+});
+
+/// Bytes of index blocks the cache holds (at most `layer_index_cache_size`).
+pub static LAYER_INDEX_CACHE_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "pageserver_layer_index_cache_bytes",
+        "Bytes of layer index blocks held by the layer index cache"
+    )
+    .expect("register metric")
+});
+
 /// File operations the IO engine has handed to the kernel and not yet
 /// finished (io-uring; 0 for std-fs), set at each scrape.
 pub static IO_ENGINE_IN_FLIGHT_OPS: LazyLock<IntGauge> = LazyLock::new(|| {
@@ -73,6 +99,7 @@ pub static IO_ENGINE_IN_FLIGHT_OPS: LazyLock<IntGauge> = LazyLock::new(|| {
     .unwrap()
 });
 
+/// Tenants that could not be loaded at start-up (Broken), until deleted.
 pub static BROKEN_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("pageserver_broken_tenants_count", "Tenants in the Broken state")
         .expect("register metric")
@@ -126,6 +153,9 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&BROKEN_TENANTS);
     LazyLock::force(&BROKEN_TIMELINES);
     LazyLock::force(&LAYER_CORRUPTION_ERRORS);
+    LazyLock::force(&LAYER_INDEX_CACHE_HITS);
+    LazyLock::force(&LAYER_INDEX_CACHE_MISSES);
+    LazyLock::force(&LAYER_INDEX_CACHE_BYTES);
     LazyLock::force(&IO_ENGINE_IN_FLIGHT_OPS);
     LazyLock::force(&VALID_LSN_LEASES);
 }

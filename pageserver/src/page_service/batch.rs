@@ -82,7 +82,8 @@ pub fn smgr_query_type(req: &PagestreamFeMessage) -> SmgrQueryType {
 }
 
 /// The LSN a request reads at (see the module comment), or why it is refused.
-/// `floor` is the timeline's lowest readable LSN (`Timeline::min_readable_lsn`).
+/// `floor` is the timeline's lowest readable LSN (`Timeline::min_readable_lsn`,
+/// raised to its GC cutoff).
 pub fn effective_lsn(
     hdr: &PagestreamRequest,
     floor: Lsn,
@@ -132,7 +133,8 @@ pub fn effective_lsn(
 pub fn prepare(tl: &Timeline, req: PagestreamFeMessage, received_at: Instant) -> BatchedFeMessage {
     METRICS.smgr_query_started(smgr_query_type(&req)).inc();
     let hdr = *req.header();
-    let lsn = match effective_lsn(&hdr, tl.min_readable_lsn(), tl.get_last_record_lsn()) {
+    let floor = tl.min_readable_lsn().max(tl.gc_cutoff());
+    let lsn = match effective_lsn(&hdr, floor, tl.get_last_record_lsn()) {
         Ok(lsn) => lsn,
         Err(err) => return BatchedFeMessage::RespondError { hdr, err },
     };

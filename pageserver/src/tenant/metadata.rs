@@ -1,37 +1,73 @@
 //! Timeline metadata and layer manifest: the durable facts of a timeline, in
 //! one small file `timelines/<id>/metadata`, replaced atomically (temp,
-//! fsync, rename, fsync dir), so the list of live layer files and
-//! `disk_consistent_lsn` always change together.
+//! fsync, rename, fsync dir), so the list of live layer files,
+//! `disk_consistent_lsn` and the GC cutoff always change together.
 //!
-//! Format version 2 (little-endian): magic "PSTM", version u16, pad u16,
-//! disk_consistent_lsn u64, initial_lsn u64, pg_version u32, layer count
-//! u32, then per layer (oldest first) name length u16, name (UTF-8), file
-//! size u64; last a CRC-32C u32 of everything before it. Version 1 (from
-//! older daemons) has no layer list; it is still read, and start-up rewrites
-//! it as version 2. A mismatch of any kind is an error naming the file.
+//! Format version 3 (little-endian):
+//! ```text
+//! magic "PSTM", version u16 = 3, pad u16,
+//! disk_consistent_lsn u64, initial_lsn u64, pg_version u32, gc_cutoff u64,
+//! layer count u32, per layer (canonical order, see below):
+//!     level u8 (0 L0 delta, 1 L1 delta, 2 image), name length u16,
+//!     name (UTF-8), file size u64;
+//! empty stratum count u32, per stratum: level u8 (0 or 1), LSN start u64,
+//!     LSN end u64 (start < end);
+//! LSN-by-time sample count u32, per sample: unix seconds u64, LSN u64;
+//! CRC-32C u32 of everything before it.
+//! ```
+//! Layers are listed strata oldest first (an L1 stratum's layers by key),
+//! then images by LSN and key (`Historic::all_historic`); start-up does not
+//! rely on the order. Empty strata are LSN ranges without values that keep
+//! the strata contiguous (a compaction that found no values; the gaps of a
+//! converted version-1 timeline). `gc_cutoff` is 0 until GC first runs.
+//!
+//! Version 2 has no gc_cutoff, no level bytes (every layer is an L0), no
+//! empty strata and no LSN-by-time record; version 1 (from older daemons)
+//! has no layer list either (start-up builds one from the directory and
+//! rewrites the file at once). Both are still read; the next write is
+//! version 3. A mismatch of any kind (length, checksum, count, level,
+//! order) is an error naming the file.
 //!
 //! Start-up trusts the manifest, not the directory listing (see
 //! `Timeline::load`).
 
+use std::ops::Range;
 use std::path::Path;
 
-use anyhow::{ensure, Context};
+use anyhow::{bail, ensure, Context};
 use io_engine::IoEngine;
 use utils::lsn::Lsn;
 
+use super::lsn_by_time::{LsnTimeRecord, MAX_LSN_TIME_SAMPLES};
+use super::storage_layer::LayerLevel;
+
 const MAGIC: &[u8; 4] = b"PSTM";
 const VERSION_V1: u16 = 1;
-const VERSION: u16 = 2;
+const VERSION_V2: u16 = 2;
+const VERSION: u16 = 3;
 /// Fixed part: magic, version, pad, two LSNs, pg_version.
 const FIXED_LEN: usize = 4 + 2 + 2 + 8 + 8 + 4;
 const V1_LEN: usize = FIXED_LEN + 4;
-/// Most layers one timeline's manifest lists (compaction keeps far fewer).
+/// Most layers plus empty strata one timeline's manifest lists (compaction
+/// keeps far fewer).
 pub const MAX_MANIFEST_LAYERS: usize = 1 << 20;
 /// Longest layer file name (the daemon's names are 86 bytes).
 const MAX_NAME_LEN: usize = 255;
-/// Largest manifest file accepted.
-pub const MAX_METADATA_BYTES: usize =
-    FIXED_LEN + 4 + MAX_MANIFEST_LAYERS * (2 + MAX_NAME_LEN + 8) + 4;
+const MAX_LAYER_ENTRY: usize = 1 + 2 + MAX_NAME_LEN + 8;
+const EMPTY_STRATUM_ENTRY: usize = 1 + 8 + 8;
+const _: () = assert!(EMPTY_STRATUM_ENTRY <= MAX_LAYER_ENTRY);
+/// Largest manifest file accepted (about 280 MiB; a manifest of a thousand
+/// layers is about 100 KiB).
+pub const MAX_METADATA_BYTES: usize = FIXED_LEN
+    + 8
+    + 4
+    + MAX_MANIFEST_LAYERS * MAX_LAYER_ENTRY
+    + 4
+    + 4
+    + MAX_LSN_TIME_SAMPLES * 16
+    + 4;
+
+const _: () = assert!(MAX_METADATA_BYTES < 300 << 20, "a manifest is read whole");
 
 pub const METADATA_FILE: &str = "metadata";
 
@@ -40,6 +76,7 @@ pub const METADATA_FILE: &str = "metadata";
 pub struct LayerEntry {
     pub name: String,
     pub size_bytes: u64,
+    pub level: LayerLevel,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,32 +86,106 @@ pub struct TimelineMetadata {
     /// The timeline starts here; reads below it are refused.
     pub initial_lsn: Lsn,
     pub pg_version: u32,
-    /// The live layer files, oldest first.
+    /// The live layer files (see the module comment for the order).
     pub layers: Vec<LayerEntry>,
+    /// Strata without layers, oldest first.
+    pub empty_strata: Vec<(LayerLevel, Range<Lsn>)>,
+    /// Reads below it are refused; 0 until GC first runs.
+    pub gc_cutoff: Lsn,
+    pub lsn_by_time: LsnTimeRecord,
 }
 
 /// What a metadata file decoded to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decoded {
-    /// Version 2: the manifest is authoritative.
+    /// Version 2 or 3: the manifest is authoritative.
     Manifest(TimelineMetadata),
     /// Version 1: no layer list (`layers` is empty); the caller builds one.
     V1(TimelineMetadata),
 }
 
+fn level_byte(level: LayerLevel) -> u8 {
+    match level {
+        LayerLevel::L0 => 0,
+        LayerLevel::L1 => 1,
+        LayerLevel::Image => 2,
+    }
+}
+
+fn level_of(b: u8) -> Option<LayerLevel> {
+    match b {
+        0 => Some(LayerLevel::L0),
+        1 => Some(LayerLevel::L1),
+        2 => Some(LayerLevel::Image),
+        _ => None,
+    }
+}
+
 impl TimelineMetadata {
+    /// A new timeline's: no layers, everything up to `initial_lsn` durable.
+    pub fn new_empty(initial_lsn: Lsn, pg_version: u32) -> TimelineMetadata {
+        TimelineMetadata {
+            disk_consistent_lsn: initial_lsn,
+            initial_lsn,
+            pg_version,
+            layers: Vec::new(),
+            empty_strata: Vec::new(),
+            gc_cutoff: Lsn(0),
+            lsn_by_time: LsnTimeRecord::default(),
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        assert!(self.layers.len() <= MAX_MANIFEST_LAYERS, "too many layers for a manifest");
-        let mut b = Vec::with_capacity(FIXED_LEN + 8 + self.layers.len() * 100);
+        let strata = self.layers.len() + self.empty_strata.len();
+        assert!(strata <= MAX_MANIFEST_LAYERS, "too many layers for a manifest: {strata}");
+        let mut b = Vec::with_capacity(FIXED_LEN + 32 + self.layers.len() * 100);
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.extend_from_slice(&[0, 0]);
         b.extend_from_slice(&self.disk_consistent_lsn.0.to_le_bytes());
         b.extend_from_slice(&self.initial_lsn.0.to_le_bytes());
         b.extend_from_slice(&self.pg_version.to_le_bytes());
+        b.extend_from_slice(&self.gc_cutoff.0.to_le_bytes());
         b.extend_from_slice(&(self.layers.len() as u32).to_le_bytes());
         for l in &self.layers {
             assert!(l.name.len() <= MAX_NAME_LEN, "layer name too long: {}", l.name);
+            b.push(level_byte(l.level));
+            b.extend_from_slice(&(l.name.len() as u16).to_le_bytes());
+            b.extend_from_slice(l.name.as_bytes());
+            b.extend_from_slice(&l.size_bytes.to_le_bytes());
+        }
+        b.extend_from_slice(&(self.empty_strata.len() as u32).to_le_bytes());
+        for (level, r) in &self.empty_strata {
+            assert!(*level != LayerLevel::Image && r.start < r.end, "bad empty stratum {r:?}");
+            b.push(level_byte(*level));
+            b.extend_from_slice(&r.start.0.to_le_bytes());
+            b.extend_from_slice(&r.end.0.to_le_bytes());
+        }
+        let samples = self.lsn_by_time.samples();
+        b.extend_from_slice(&(samples.len() as u32).to_le_bytes());
+        for (secs, lsn) in samples {
+            b.extend_from_slice(&secs.to_le_bytes());
+            b.extend_from_slice(&lsn.0.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        debug_assert!(b.len() <= MAX_METADATA_BYTES);
+        b
+    }
+
+    /// The version-2 file of `self` (levels, empty strata, GC cutoff and
+    /// LSN-by-time record dropped), as the previous daemon wrote it.
+    #[cfg(test)]
+    pub fn encode_v2(&self) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION_V2.to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&self.disk_consistent_lsn.0.to_le_bytes());
+        b.extend_from_slice(&self.initial_lsn.0.to_le_bytes());
+        b.extend_from_slice(&self.pg_version.to_le_bytes());
+        b.extend_from_slice(&(self.layers.len() as u32).to_le_bytes());
+        for l in &self.layers {
             b.extend_from_slice(&(l.name.len() as u16).to_le_bytes());
             b.extend_from_slice(l.name.as_bytes());
             b.extend_from_slice(&l.size_bytes.to_le_bytes());
@@ -100,8 +211,9 @@ impl TimelineMetadata {
             disk_consistent_lsn: Lsn(u64_at(8)),
             initial_lsn: Lsn(u64_at(16)),
             pg_version: u32::from_le_bytes(b[24..28].try_into().unwrap()),
-            layers: Vec::new(),
+            ..TimelineMetadata::new_empty(Lsn(0), 0)
         };
+        let mut r = Reader(&body[FIXED_LEN..]);
         match version {
             VERSION_V1 => {
                 ensure!(
@@ -109,14 +221,19 @@ impl TimelineMetadata {
                     "version 1 metadata is {} bytes, expected {V1_LEN}",
                     b.len()
                 );
-                Ok(Decoded::V1(md))
+                return Ok(Decoded::V1(md));
             }
+            VERSION_V2 => md.layers = r.layers(false)?,
             VERSION => {
-                md.layers = decode_layers(&body[FIXED_LEN..])?;
-                Ok(Decoded::Manifest(md))
+                md.gc_cutoff = Lsn(r.u64("the GC cutoff")?);
+                md.layers = r.layers(true)?;
+                md.empty_strata = r.empty_strata(MAX_MANIFEST_LAYERS - md.layers.len())?;
+                md.lsn_by_time = r.lsn_by_time()?;
             }
-            v => anyhow::bail!("unsupported metadata version {v}"),
+            v => bail!("unsupported metadata version {v}"),
         }
+        ensure!(r.0.is_empty(), "{} trailing bytes after the manifest", r.0.len());
+        Ok(Decoded::Manifest(md))
     }
 
     pub async fn load(engine: &IoEngine, dir: &Path) -> anyhow::Result<Decoded> {
@@ -137,87 +254,85 @@ impl TimelineMetadata {
     }
 }
 
-/// The layer list: count, then (name length, name, size) entries, exactly.
-fn decode_layers(mut b: &[u8]) -> anyhow::Result<Vec<LayerEntry>> {
-    let mut take = |n: usize, what: &str| -> anyhow::Result<&[u8]> {
-        ensure!(b.len() >= n, "layer list truncated in {what}");
-        let (head, rest) = b.split_at(n);
-        b = rest;
+/// Decoding cursor: every read is bounds-checked, naming what was cut off.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> anyhow::Result<&'a [u8]> {
+        ensure!(self.0.len() >= n, "manifest truncated in {what}");
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
         Ok(head)
-    };
-    let count = u32::from_le_bytes(take(4, "the count")?.try_into().unwrap()) as usize;
-    ensure!(count <= MAX_MANIFEST_LAYERS, "layer count {count} above {MAX_MANIFEST_LAYERS}");
-    let mut layers = Vec::with_capacity(count.min(4096));
-    for i in 0..count {
-        let len = u16::from_le_bytes(take(2, "a name length")?.try_into().unwrap()) as usize;
-        ensure!(len <= MAX_NAME_LEN, "layer {i}: name of {len} bytes");
-        let name = std::str::from_utf8(take(len, "a name")?)
-            .with_context(|| format!("layer {i}: name is not UTF-8"))?
-            .to_string();
-        let size_bytes = u64::from_le_bytes(take(8, "a size")?.try_into().unwrap());
-        layers.push(LayerEntry { name, size_bytes });
     }
-    ensure!(take(0, "")?.is_empty(), "trailing bytes after the layer list");
-    Ok(layers)
+
+    fn u8(&mut self, what: &str) -> anyhow::Result<u8> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u16(&mut self, what: &str) -> anyhow::Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().unwrap()))
+    }
+
+    fn u32(&mut self, what: &str) -> anyhow::Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+
+    fn u64(&mut self, what: &str) -> anyhow::Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+
+    /// The layer list: count, then (level if `with_levels`, name length,
+    /// name, size) entries. Without levels every layer is an L0.
+    fn layers(&mut self, with_levels: bool) -> anyhow::Result<Vec<LayerEntry>> {
+        let count = self.u32("the layer count")? as usize;
+        ensure!(count <= MAX_MANIFEST_LAYERS, "layer count {count} above {MAX_MANIFEST_LAYERS}");
+        let mut layers = Vec::with_capacity(count.min(4096));
+        for i in 0..count {
+            let level = match with_levels {
+                false => LayerLevel::L0,
+                true => {
+                    let b = self.u8("a level")?;
+                    level_of(b).with_context(|| format!("layer {i}: unknown level {b}"))?
+                }
+            };
+            let len = self.u16("a name length")? as usize;
+            ensure!(len <= MAX_NAME_LEN, "layer {i}: name of {len} bytes");
+            let name = std::str::from_utf8(self.take(len, "a name")?)
+                .with_context(|| format!("layer {i}: name is not UTF-8"))?
+                .to_string();
+            let size_bytes = self.u64("a size")?;
+            layers.push(LayerEntry { name, size_bytes, level });
+        }
+        Ok(layers)
+    }
+
+    /// At most `max` (level, LSN range) entries, each a delta level and a
+    /// non-empty range.
+    fn empty_strata(&mut self, max: usize) -> anyhow::Result<Vec<(LayerLevel, Range<Lsn>)>> {
+        let count = self.u32("the empty stratum count")? as usize;
+        ensure!(count <= max, "{count} empty strata: more than {max} strata in all");
+        let mut out = Vec::with_capacity(count.min(4096));
+        for i in 0..count {
+            let b = self.u8("a stratum level")?;
+            let level = level_of(b).filter(|l| *l != LayerLevel::Image);
+            let level = level.with_context(|| format!("empty stratum {i}: bad level {b}"))?;
+            let range = Lsn(self.u64("a stratum start")?)..Lsn(self.u64("a stratum end")?);
+            ensure!(range.start < range.end, "empty stratum {i}: empty range {range:?}");
+            out.push((level, range));
+        }
+        Ok(out)
+    }
+
+    fn lsn_by_time(&mut self) -> anyhow::Result<LsnTimeRecord> {
+        let count = self.u32("the LSN-by-time count")? as usize;
+        ensure!(count <= MAX_LSN_TIME_SAMPLES, "{count} LSN-by-time samples");
+        let mut samples = Vec::with_capacity(count);
+        for _ in 0..count {
+            samples.push((self.u64("a sample time")?, Lsn(self.u64("a sample LSN")?)));
+        }
+        LsnTimeRecord::from_samples(samples)
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> TimelineMetadata {
-        TimelineMetadata {
-            disk_consistent_lsn: Lsn(0x1234),
-            initial_lsn: Lsn(0x10),
-            pg_version: 15,
-            layers: vec![
-                LayerEntry { name: "a__b".into(), size_bytes: 4096 },
-                LayerEntry { name: "c__d".into(), size_bytes: 1 << 33 },
-            ],
-        }
-    }
-
-    #[test]
-    fn round_trip_and_corruption() {
-        let m = sample();
-        let mut b = m.encode();
-        assert_eq!(TimelineMetadata::decode(&b).unwrap(), Decoded::Manifest(m));
-        b[9] ^= 1;
-        assert!(TimelineMetadata::decode(&b).unwrap_err().to_string().contains("checksum"));
-        assert!(TimelineMetadata::decode(&b[..10]).is_err());
-    }
-
-    #[test]
-    fn every_truncation_is_refused() {
-        let b = sample().encode();
-        for len in 0..b.len() {
-            let mut t = b[..len].to_vec();
-            if t.len() >= 4 {
-                // A valid checksum over the truncated body: only the
-                // structure checks can catch it.
-                let n = t.len() - 4;
-                let crc = crc32c::crc32c(&t[..n]);
-                t[n..].copy_from_slice(&crc.to_le_bytes());
-            }
-            assert!(TimelineMetadata::decode(&t).is_err(), "truncated to {len} bytes was accepted");
-        }
-    }
-
-    #[test]
-    fn version_1_is_read_without_layers() {
-        let mut b = Vec::new();
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION_V1.to_le_bytes());
-        b.extend_from_slice(&[0, 0]);
-        b.extend_from_slice(&0x1234u64.to_le_bytes());
-        b.extend_from_slice(&0x10u64.to_le_bytes());
-        b.extend_from_slice(&15u32.to_le_bytes());
-        let crc = crc32c::crc32c(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        let Decoded::V1(md) = TimelineMetadata::decode(&b).unwrap() else { panic!("not v1") };
-        assert_eq!(
-            (md.disk_consistent_lsn, md.initial_lsn, md.layers.len()),
-            (Lsn(0x1234), Lsn(0x10), 0)
-        );
-    }
-}
+mod tests;

@@ -1,12 +1,13 @@
 //! Tenants and timelines: the layered page store.
 //!
 //! On disk: `<workdir>/tenants/<tenant_id>/timelines/<timeline_id>/` holds a
-//! timeline's `metadata` and its L0 layer files (plus `ephemeral-*` files of
+//! timeline's `metadata` (the layer manifest) and its layer files (plus `ephemeral-*` files of
 //! in-memory layers, which are not durable and deleted at start-up).
 //! Directories being created carry the suffix `.___temp` and directories
 //! being deleted `.___deleted`; start-up removes both, so a crash during
 //! creation or deletion leaves nothing half-made behind.
 
+pub mod lsn_by_time;
 pub mod metadata;
 pub mod mgr;
 pub mod reconstruct;
@@ -167,6 +168,10 @@ pub enum PageReconstructError {
     MissingKey { key: Key, lsn: Lsn },
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// The LSN is below the GC cutoff: the history a read there needs may
+    /// be gone.
+    #[error("key {key} at {lsn}: the LSN is below the GC cutoff {gc_cutoff}; that history was garbage collected")]
+    GarbageCollected { key: Key, lsn: Lsn, gc_cutoff: Lsn },
     /// A value whose checksum or framing is wrong, in the named layer.
     #[error("corrupt data: key {key} at {lsn} in layer {layer}: {source}")]
     CorruptValue {
@@ -175,6 +180,14 @@ pub enum PageReconstructError {
         layer: String,
         #[source]
         source: value::ValueDecodeError,
+    },
+    /// A layer file's index could not be read: an IO error, or a corrupt
+    /// index block (the source names the file and the block).
+    #[error("reading the index of layer {layer}: {source}")]
+    LayerIndex {
+        layer: String,
+        #[source]
+        source: storage_layer::layer_file::LayerReadError,
     },
     #[error("IO error reading layer {layer}: {source}")]
     Io {
@@ -381,12 +394,7 @@ impl Tenant {
         if engine.exists(&temp_dir).await.context("create timeline")? {
             engine.remove_dir_all(&temp_dir).await.context("remove leftover temp directory")?;
         }
-        let md = TimelineMetadata {
-            disk_consistent_lsn: initial_lsn,
-            initial_lsn,
-            pg_version,
-            layers: Vec::new(),
-        };
+        let md = TimelineMetadata::new_empty(initial_lsn, pg_version);
         Timeline::create_on_disk(&self.conf, &temp_dir, &md).await?;
         let tl = Timeline::load(
             self.conf.clone(),

@@ -1,8 +1,17 @@
 //! The read path: plan every value a vectored get needs, coalesce the reads
 //! per layer into aligned chunks, issue them together, then reconstruct.
 //!
-//! Planning uses only the indexes (which carry `will_init`), so no value is
-//! read before the plan is complete. Per layer, each needed value becomes a
+//! Planning walks the layer map's snapshot (`ReadSnapshot::walk`): per key,
+//! only the layers that may hold its values above its newest image, newest
+//! first, each with a floor below which its entries are superseded, until
+//! a value that initializes the page. It uses only the indexes (which carry
+//! `will_init`), so no value is read before the plan is complete. The
+//! queries of a get are planned concurrently: a layer file's index blocks
+//! come from the block cache or its file (`storage_layer/block_cache.rs`),
+//! and the misses of all queries are in flight together. A query whose
+//! index read fails gets that error (naming the layer); the others go on.
+//! A query below the snapshot's GC cutoff is refused: its history may be
+//! gone. Per layer, each needed value becomes a
 //! range aligned to the layer's read alignment (512 bytes through the page
 //! cache, 4 KiB under direct IO); ranges are sorted and merged when they
 //! overlap or touch, up to `MAX_CHUNK` bytes, so a chunk shared by several
@@ -17,6 +26,7 @@
 //! time. Permits are taken timeline first, then process: one order, so
 //! gets cannot deadlock on them.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -27,13 +37,13 @@ use smallvec::SmallVec;
 use utils::lsn::Lsn;
 
 use super::reconstruct::reconstruct;
-use super::storage_layer::layer_map::ReadableLayer;
+use super::storage_layer::layer_map::{ReadSnapshot, ReadableLayer};
 use super::storage_layer::BlobRef;
 use super::value::Value;
 use super::PageReconstructError;
 
-/// The finest read alignment (buffered reads); direct IO uses 4 KiB.
-pub const CHUNK_ALIGN: u64 = 512;
+pub use super::storage_layer::chunks::{coalesce, CHUNK_ALIGN, MAX_CHUNK};
+
 /// Chunk reads one vectored get keeps in flight at most.
 pub const MAX_CHUNK_READS_PER_GET: usize = 64;
 /// Chunk reads in flight per timeline, and in the whole process.
@@ -56,46 +66,17 @@ pub fn process_read_slots() -> &'static tokio::sync::Semaphore {
     static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PROCESS_CHUNK_READS);
     &SLOTS
 }
-pub const MAX_CHUNK: u64 = 128 * 1024;
-const DIRECT_ALIGN: u64 = io_engine::DIRECT_IO_ALIGN as u64;
-const _: () = assert!(CHUNK_ALIGN.is_power_of_two() && DIRECT_ALIGN.is_multiple_of(CHUNK_ALIGN));
-const _: () = assert!(MAX_CHUNK.is_multiple_of(DIRECT_ALIGN), "a full chunk stays aligned");
-// A chunk plus its alignment slack fits a pooled read buffer.
-const _: () = assert!(MAX_CHUNK + 2 * DIRECT_ALIGN <= io_engine::MAX_POOLED_READ_BYTES as u64);
-
-/// Merge value ranges into read chunks aligned to `align` (a power of two,
-/// at least `CHUNK_ALIGN`). `ranges` are (start, end) byte offsets; `limit`
-/// is the readable length (chunks never pass it). Returns the chunks,
-/// sorted and disjoint.
-pub fn coalesce(ranges: &[(u64, u64)], limit: u64, align: u64) -> Vec<Range<u64>> {
-    debug_assert!(align.is_power_of_two() && align >= CHUNK_ALIGN);
-    let mut aligned: Vec<Range<u64>> = ranges
-        .iter()
-        .map(|&(s, e)| (s / align * align)..e.next_multiple_of(align).min(limit))
-        .collect();
-    aligned.sort_unstable_by_key(|r| r.start);
-    let mut out: Vec<Range<u64>> = Vec::with_capacity(aligned.len());
-    for r in aligned {
-        if let Some(cur) = out.last_mut() {
-            let overlaps = r.start < cur.end;
-            let fits = r.end.max(cur.end) - cur.start <= MAX_CHUNK;
-            if overlaps || (r.start == cur.end && fits) {
-                cur.end = cur.end.max(r.end);
-                continue;
-            }
-        }
-        out.push(r);
-    }
-    out
-}
+/// (layer index, LSN, location), newest first. Inline: a page is usually
+/// one image.
+type Plan = SmallVec<[(usize, Lsn, BlobRef); 2]>;
 
 struct Query {
     key: Key,
     lsn: Lsn,
-    /// (layer index, LSN, location), newest first. Inline: a page is
-    /// usually one image.
-    plan: SmallVec<[(usize, Lsn, BlobRef); 2]>,
+    plan: Plan,
     complete: bool,
+    /// Planning failed (a layer index could not be read).
+    error: Option<PageReconstructError>,
 }
 
 /// Statistics of one vectored read, for metrics and tests.
@@ -113,10 +94,11 @@ enum ChunkRead<'a, F> {
     Other(F),
 }
 
-/// Read `queries` (key at LSN) through `layers` (newest first).
+/// Read `queries` (key at LSN) through the layers of `snapshot`. A query
+/// below the snapshot's GC cutoff is refused (`GarbageCollected`).
 pub async fn read(
     engine: &IoEngine,
-    layers: &[ReadableLayer],
+    snapshot: &ReadSnapshot,
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
 ) -> (Vec<Result<Bytes, PageReconstructError>>, ReadStats) {
@@ -127,31 +109,47 @@ pub async fn read(
         let slot = match uniq.iter().position(|q| q.key == key && q.lsn == lsn) {
             Some(i) => i,
             None => {
-                uniq.push(Query { key, lsn, plan: SmallVec::new(), complete: false });
+                uniq.push(Query { key, lsn, plan: Plan::new(), complete: false, error: None });
                 uniq.len() - 1
             }
         };
         slot_of.push(slot);
     }
 
-    // Plan: walk layers newest first until each key reaches a will_init value.
-    let mut scratch = Vec::new();
-    for q in uniq.iter_mut() {
-        let ck = q.key.to_compact();
-        for (li, layer) in layers.iter().enumerate() {
-            if layer.start_lsn() > q.lsn {
+    // Plan all queries concurrently, so index blocks missing from the cache
+    // are read at the same time, not one query after another. Then number
+    // the layers that hold planned values, each once.
+    let gc_cutoff = snapshot.gc_cutoff();
+    let plans = futures::future::join_all(
+        uniq.iter().map(|q| async move {
+            if q.lsn < gc_cutoff {
+                return Err(PageReconstructError::GarbageCollected {
+                    key: q.key,
+                    lsn: q.lsn,
+                    gc_cutoff,
+                });
+            }
+            plan(snapshot, q.key, q.lsn).await
+        }),
+    )
+    .await;
+    let mut layers: Vec<ReadableLayer> = Vec::new();
+    let mut layer_index: HashMap<usize, usize> = HashMap::new();
+    for (q, p) in uniq.iter_mut().zip(plans) {
+        let (walked, complete) = match p {
+            Ok(p) => p,
+            Err(e) => {
+                q.error = Some(e);
                 continue;
             }
-            scratch.clear();
-            let done = match layer {
-                ReadableLayer::InMemory(l) => l.collect(ck, q.lsn, &mut scratch),
-                ReadableLayer::Delta(l) => l.collect(ck, q.lsn, &mut scratch),
-            };
-            q.plan.extend(scratch.iter().map(|&(lsn, b)| (li, lsn, b)));
-            if done {
-                q.complete = true;
-                break;
-            }
+        };
+        q.complete = complete;
+        for (layer, lsn, blob) in walked {
+            let li = *layer_index.entry(layer.id()).or_insert_with(|| {
+                layers.push(layer.clone());
+                layers.len() - 1
+            });
+            q.plan.push((li, lsn, blob));
         }
     }
 
@@ -171,7 +169,7 @@ pub async fn read(
         }
         let (limit, align) = match &layers[li] {
             ReadableLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
-            ReadableLayer::Delta(l) => (u64::MAX, l.read_align()),
+            ReadableLayer::Historic(l) => (u64::MAX, l.read_align()),
         };
         chunks.extend(coalesce(ranges, limit, align).into_iter().map(|r| (li, r)));
     }
@@ -181,7 +179,7 @@ pub async fn read(
         let len = (r.end - r.start) as usize;
         match &layers[*li] {
             ReadableLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
-            ReadableLayer::Delta(l) => ChunkRead::File(l.chunk_read(r.start, len)),
+            ReadableLayer::Historic(l) => ChunkRead::File(l.chunk_read(r.start, len)),
         }
     });
     let bufs = read_bounded(engine, reads.collect(), limits).await;
@@ -190,6 +188,9 @@ pub async fn read(
     let results: Vec<Result<Bytes, PageReconstructError>> = uniq
         .into_iter()
         .map(|q| {
+            if let Some(e) = q.error {
+                return Err(e);
+            }
             if !q.complete {
                 return Err(if q.plan.is_empty() {
                     PageReconstructError::MissingKey { key: q.key, lsn: q.lsn }
@@ -226,6 +227,38 @@ pub async fn read(
         })
         .collect();
     (slot_of.into_iter().map(|s| results[s].clone()).collect(), stats)
+}
+
+/// A query's plan before the layers are numbered: (layer, LSN, location),
+/// newest first.
+type WalkPlan = SmallVec<[(ReadableLayer, Lsn, BlobRef); 2]>;
+
+/// Plan one query: walk the snapshot's layers for `key` newest first,
+/// collecting its values above each layer's floor until one that
+/// initializes the page (`complete`), or the walk ends.
+async fn plan(
+    snapshot: &ReadSnapshot,
+    key: Key,
+    lsn: Lsn,
+) -> Result<(WalkPlan, bool), PageReconstructError> {
+    let ck = key.to_compact();
+    let (mut plan, mut scratch) = (WalkPlan::new(), Vec::new());
+    for (layer, floor) in snapshot.walk(key, lsn) {
+        scratch.clear();
+        let done = match &layer {
+            ReadableLayer::InMemory(l) => l.collect(ck, lsn, floor, &mut scratch),
+            ReadableLayer::Historic(l) => {
+                l.collect(ck, lsn, floor, &mut scratch).await.map_err(|source| {
+                    PageReconstructError::LayerIndex { layer: layer.describe(), source }
+                })?
+            }
+        };
+        plan.extend(scratch.iter().map(|&(lsn, b)| (layer.clone(), lsn, b)));
+        if done {
+            return Ok((plan, true));
+        }
+    }
+    Ok((plan, false))
 }
 
 /// Run `reads`, in waves of as many as the limits allow; the results in
@@ -349,27 +382,5 @@ mod tests {
         })];
         let err = read_bounded(&engine, past_eof, limits).await.pop().unwrap().unwrap_err();
         assert!(err.to_string().contains("blocks"), "the error names the file: {err}");
-    }
-
-    #[test]
-    fn coalesce_aligns_merges_and_bounds() {
-        // Two values in one 512-byte block: one chunk.
-        assert_eq!(coalesce(&[(10, 20), (30, 40)], u64::MAX, 512), vec![0..512]);
-        // Adjacent blocks merge; a gap does not.
-        assert_eq!(
-            coalesce(&[(0, 512), (512, 600), (2048, 2100)], u64::MAX, 512),
-            vec![0..1024, 2048..2560]
-        );
-        // The limit clamps the end.
-        assert_eq!(coalesce(&[(0, 100)], 100, 512), vec![0..100]);
-        // Adjacent 8 KiB pages merge up to 128 KiB, then a new chunk starts.
-        let pages: Vec<(u64, u64)> = (0..20).map(|i| (i * 8192, (i + 1) * 8192)).collect();
-        let c = coalesce(&pages, u64::MAX, 512);
-        assert_eq!(c, vec![0..MAX_CHUNK, MAX_CHUNK..20 * 8192]);
-        // Duplicates are read once.
-        assert_eq!(coalesce(&[(0, 8192), (0, 8192)], u64::MAX, 512), vec![0..8192]);
-        // Direct IO: a value with its header spans whole 4 KiB blocks.
-        assert_eq!(coalesce(&[(100, 8300)], u64::MAX, 4096), vec![0..12288]);
-        assert_eq!(coalesce(&[(0, 10), (4000, 4100)], u64::MAX, 4096), vec![0..8192]);
     }
 }

@@ -62,12 +62,12 @@ async fn a_damaged_timeline_is_broken_and_the_others_serve() {
         (
             "layer index checksum",
             |tl| {
-                // A small layer's index starts at its last 4 KiB block.
+                // A small layer's index is one 8 KiB block (the root), its last.
                 let p = layer_file(tl);
                 let len = std::fs::metadata(&p).unwrap().len() as usize;
-                flip(&p, len - 4096 + 3)
+                flip(&p, len - 8192 + 100)
             },
-            "index checksum",
+            "index block 0 is corrupt: checksum mismatch",
         ),
         (
             "truncated layer",

@@ -98,14 +98,24 @@ impl InMemoryLayer {
         Ok(())
     }
 
-    /// Values of `key` at or below `lsn`, newest first, up to and including
-    /// the first `will_init` one. Returns whether a `will_init` was reached.
-    pub fn collect(&self, key: CompactKey, lsn: Lsn, out: &mut Vec<(Lsn, BlobRef)>) -> bool {
+    /// Values of `key` with `floor < LSN <= lsn`, newest first, up to and
+    /// including the first `will_init` one. Returns whether a `will_init`
+    /// was reached.
+    pub fn collect(
+        &self,
+        key: CompactKey,
+        lsn: Lsn,
+        floor: Lsn,
+        out: &mut Vec<(Lsn, BlobRef)>,
+    ) -> bool {
         let index = self.index.read().unwrap();
         let Some(hist) = index.get(&key) else { return false };
         for &(l, blob) in hist.iter().rev() {
             if l > lsn {
                 continue;
+            }
+            if l <= floor {
+                break;
             }
             out.push((l, blob));
             if blob.will_init() {

@@ -1,91 +1,253 @@
-//! `LayerMap`: which layers a timeline has, in LSN order.
+//! `LayerMap`: which layers a timeline has, and which of them a read of a
+//! key at an LSN must visit.
 //!
-//! Invariants (asserted by every method that changes the map):
-//! - layer LSN ranges are disjoint, ordered and contiguous: L0 deltas
-//!   (oldest first), then frozen in-memory layers (oldest first), then the
-//!   open in-memory layer; each starts where the one before it ends, and the
-//!   first starts at `start_lsn` (the timeline's `initial_lsn + 1`). Layers
-//!   loaded from a version-1 metadata file may have gaps between L0s (older
-//!   daemons opened a layer at `last_record_lsn + 1`); new layers never do;
-//! - every value lives in exactly one layer;
-//! - a frozen layer leaves the map only in `replace_flushed`, in the same
-//!   critical section that adds the L0 file holding its values (oldest
-//!   frozen first), so a reader never misses a value.
+//! Two parts:
+//! - in memory: the open layer and the frozen layers (oldest first), LSN
+//!   ranges contiguous, the oldest starting at `Historic::end_lsn`;
+//! - historic (`historic.rs`), an immutable `Arc<Historic>` replaced
+//!   copy-on-write on every change (flush, compaction, image creation, GC:
+//!   all rare), so a reader's snapshot ([`ReadSnapshot`]) costs one Arc
+//!   clone plus the few in-memory layers. LSN space above the timeline's
+//!   start is cut into *strata*, oldest first, contiguous (gaps only at or
+//!   below the GC cutoff): one L0 delta layer of a flush, or the L1 delta
+//!   layers compaction wrote for an LSN range (disjoint key ranges; a key
+//!   outside them has no value there). L0 strata are the newest. Image
+//!   layers stand apart, by LSN: at each image LSN, disjoint key ranges,
+//!   with an index giving the newest image covering a key at or below an
+//!   LSN in O(log n) (`coverage.rs`).
+//!
+//! A read of `key` at `lsn` ([`ReadSnapshot::walk`]) visits, newest first,
+//! with `I` the newest image covering `key` at or below `lsn`: the
+//! in-memory layers starting at or below `lsn` (and holding LSNs above
+//! `I`); the delta layers holding `key` in the strata that start at or
+//! below `lsn` and hold LSNs above `I`; then the image layer. Each comes
+//! with a *floor*: the layer's entries at or below it are not part of the
+//! answer (`I` for the in-memory and delta layers, `I - 1` for the image
+//! itself, 0 without an image). Each stratum looked at costs
+//! O(log n) (a binary search by key; the image is found once, in O(log n)),
+//! and the reader stops at the first value that initializes the page.
+//!
+//! Invariants: those of `historic.rs`, plus: every value lives in exactly
+//! one layer; a frozen layer leaves the map only in `replace_flushed`, in
+//! the same critical section that adds the L0 holding its values (oldest
+//! frozen first), so a reader never misses a value; L0s leave only through
+//! `replace_l0s`, which puts the L1s holding their values in their place.
+//! Every mutation asserts them, naming the layers involved; in debug builds
+//! the whole historic part is checked again after each.
 //!
 //! The fields are private: the timeline changes the map only through these
-//! methods, under its `layers` lock.
+//! methods, under its `layers` lock. The map is generic over the historic
+//! layer type ([`HistoricLayer`]) so that it is tested with layers that are
+//! only names.
+
+mod coverage;
+mod historic;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 
 use pageserver_api::key::Key;
 use utils::lsn::Lsn;
 
-use super::delta_layer::DeltaLayer;
+use super::layer_file::LayerFile;
 use super::inmemory_layer::InMemoryLayer;
+use super::{LayerLevel, LayerName};
 
-pub struct LayerMap {
-    /// Where the oldest layer starts (`initial_lsn + 1`).
-    start_lsn: Lsn,
+pub use historic::{DeltasAboveImage, Historic, HistoricStats, Stratum, StratumDeltas};
+
+/// What the map needs of a layer file.
+pub trait HistoricLayer {
+    fn layer_name(&self) -> &LayerName;
+    fn file_size(&self) -> u64;
+}
+
+impl HistoricLayer for LayerFile {
+    fn layer_name(&self) -> &LayerName {
+        &self.name
+    }
+    fn file_size(&self) -> u64 {
+        self.file_size
+    }
+}
+
+/// A layer known by its name and size only: start-up checks a manifest
+/// with it before opening any file, and tests use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerDesc {
+    pub name: LayerName,
+    pub file_size: u64,
+}
+
+impl HistoricLayer for LayerDesc {
+    fn layer_name(&self) -> &LayerName {
+        &self.name
+    }
+    fn file_size(&self) -> u64 {
+        self.file_size
+    }
+}
+
+pub struct LayerMap<L = LayerFile> {
     open: Option<Arc<InMemoryLayer>>,
     frozen: VecDeque<Arc<InMemoryLayer>>,
-    l0: Vec<Arc<DeltaLayer>>,
+    historic: Arc<Historic<L>>,
 }
 
 /// A layer in a read plan.
-#[derive(Clone)]
-pub enum ReadableLayer {
+pub enum ReadableLayer<L = LayerFile> {
     InMemory(Arc<InMemoryLayer>),
-    Delta(Arc<DeltaLayer>),
+    Historic(Arc<L>),
 }
 
-impl ReadableLayer {
-    pub fn start_lsn(&self) -> Lsn {
+impl<L> Clone for ReadableLayer<L> {
+    fn clone(&self) -> Self {
         match self {
-            ReadableLayer::InMemory(l) => l.start_lsn,
-            ReadableLayer::Delta(l) => l.lsn_range().start,
+            ReadableLayer::InMemory(l) => ReadableLayer::InMemory(l.clone()),
+            ReadableLayer::Historic(l) => ReadableLayer::Historic(l.clone()),
         }
     }
+}
 
-    /// The layer as errors name it: the L0 file name, or the in-memory
+impl<L: HistoricLayer> ReadableLayer<L> {
+    /// The layer as errors name it: the file name, or the in-memory
     /// layer's LSN start.
     pub fn describe(&self) -> String {
         match self {
             ReadableLayer::InMemory(l) => format!("in-memory layer from {}", l.start_lsn),
-            ReadableLayer::Delta(l) => l.name.to_string(),
+            ReadableLayer::Historic(l) => l.layer_name().to_string(),
         }
     }
 
-    /// Whether the layer can hold a value of `key` (in-memory layers hold
-    /// any key; an L0's key range is in its name).
-    pub fn may_contain(&self, key: &Key) -> bool {
+    /// The layer's identity (its allocation), for deduplication.
+    pub fn id(&self) -> usize {
         match self {
-            ReadableLayer::InMemory(_) => true,
-            ReadableLayer::Delta(l) => l.name.key_range.contains(key),
+            ReadableLayer::InMemory(l) => Arc::as_ptr(l) as *const u8 as usize,
+            ReadableLayer::Historic(l) => Arc::as_ptr(l) as *const u8 as usize,
         }
     }
 }
 
-impl LayerMap {
-    /// A map of loaded L0 layers (sorted by LSN, disjoint; see the module
-    /// comment for gaps); panics if they are not.
-    pub fn new(start_lsn: Lsn, l0: Vec<Arc<DeltaLayer>>) -> LayerMap {
-        for w in l0.windows(2) {
-            assert!(
-                w[0].lsn_range().end <= w[1].lsn_range().start,
-                "layers {} and {} overlap or are out of order",
-                w[0].name,
-                w[1].name
-            );
+/// What a read sees: the in-memory layers (newest first) and the historic
+/// part, as of one moment. Later changes of the map do not affect it.
+pub struct ReadSnapshot<L = LayerFile> {
+    in_memory: Vec<Arc<InMemoryLayer>>,
+    historic: Arc<Historic<L>>,
+}
+
+impl<L: HistoricLayer> ReadSnapshot<L> {
+    /// The layers a read of `key` at `lsn` visits, newest first, each with
+    /// its floor (exclusive); see the module comment. Reads below
+    /// [`Self::gc_cutoff`] must be refused before: their history may be gone.
+    pub fn walk(&self, key: Key, lsn: Lsn) -> Walk<'_, L> {
+        let image = self.historic.newest_image(key, lsn);
+        let strata = self.historic.stratum_slice();
+        Walk {
+            snapshot: self,
+            key,
+            lsn,
+            floor: image.map_or(Lsn(0), |(i, _)| i),
+            image,
+            next_in_memory: 0,
+            strata_left: strata.partition_point(|s| s.lsn_range().start <= lsn),
         }
-        if let Some(first) = l0.first() {
-            assert!(
-                first.lsn_range().start >= start_lsn,
-                "layer {} starts below the timeline",
-                first.name
-            );
+    }
+
+    pub fn gc_cutoff(&self) -> Lsn {
+        self.historic.gc_cutoff()
+    }
+
+    pub fn historic(&self) -> &Arc<Historic<L>> {
+        &self.historic
+    }
+}
+
+/// The iterator of [`ReadSnapshot::walk`].
+pub struct Walk<'a, L> {
+    snapshot: &'a ReadSnapshot<L>,
+    key: Key,
+    lsn: Lsn,
+    /// The newest image covering the key at or below `lsn`; taken when
+    /// visited.
+    image: Option<(Lsn, &'a Arc<L>)>,
+    /// The image's LSN, or 0.
+    floor: Lsn,
+    next_in_memory: usize,
+    /// Strata below this index are still to visit (newest first).
+    strata_left: usize,
+}
+
+impl<L: HistoricLayer> Iterator for Walk<'_, L> {
+    type Item = (ReadableLayer<L>, Lsn);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // A range ending at `end` holds LSNs above the floor.
+        let floor = self.floor;
+        let above_floor = |end: Lsn| end.0 > floor.0 + 1;
+        while let Some(l) = self.snapshot.in_memory.get(self.next_in_memory) {
+            self.next_in_memory += 1;
+            if l.start_lsn <= self.lsn && l.end_lsn().is_none_or(above_floor) {
+                return Some((ReadableLayer::InMemory(l.clone()), self.floor));
+            }
         }
-        LayerMap { start_lsn, open: None, frozen: VecDeque::new(), l0 }
+        let strata = self.snapshot.historic.stratum_slice();
+        while self.strata_left > 0 {
+            let s = &strata[self.strata_left - 1];
+            if !above_floor(s.lsn_range().end) {
+                self.strata_left = 0; // older strata end lower still
+                break;
+            }
+            self.strata_left -= 1;
+            if let Some(l) = s.layer_containing(self.key) {
+                return Some((ReadableLayer::Historic(l.clone()), self.floor));
+            }
+        }
+        let (i, l) = self.image.take()?;
+        Some((ReadableLayer::Historic(l.clone()), Lsn(i.0 - 1)))
+    }
+}
+
+impl<L: HistoricLayer> LayerMap<L> {
+    /// A map of loaded historic layers with their levels (any order) and
+    /// the strata without layers, or why they break an invariant (the
+    /// error names the layer files). `start_lsn` is the timeline's first
+    /// LSN (`initial_lsn + 1`).
+    pub fn try_new(
+        start_lsn: Lsn,
+        gc_cutoff: Lsn,
+        layers: Vec<(LayerLevel, Arc<L>)>,
+        empty_strata: Vec<(LayerLevel, Range<Lsn>)>,
+    ) -> anyhow::Result<LayerMap<L>> {
+        let historic = Historic::build(start_lsn, gc_cutoff, layers, empty_strata)
+            .map_err(|e| anyhow::anyhow!("the layers break the layer map's invariants: {e}"))?;
+        Ok(LayerMap { open: None, frozen: VecDeque::new(), historic: Arc::new(historic) })
+    }
+
+    /// `try_new` of layers known to be valid; panics if they are not.
+    pub fn new(
+        start_lsn: Lsn,
+        gc_cutoff: Lsn,
+        layers: Vec<(LayerLevel, Arc<L>)>,
+        empty_strata: Vec<(LayerLevel, Range<Lsn>)>,
+    ) -> LayerMap<L> {
+        Self::try_new(start_lsn, gc_cutoff, layers, empty_strata).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The historic part, as of now (an Arc clone: later changes do not
+    /// affect it). The queries compaction and GC need are its methods.
+    pub fn historic(&self) -> &Arc<Historic<L>> {
+        &self.historic
+    }
+
+    /// What a read needs: the in-memory layers and the historic part.
+    pub fn snapshot(&self) -> ReadSnapshot<L> {
+        let mut in_memory = Vec::with_capacity(1 + self.frozen.len());
+        in_memory.extend(self.open.iter().cloned());
+        in_memory.extend(self.frozen.iter().rev().cloned());
+        ReadSnapshot { in_memory, historic: self.historic.clone() }
     }
 
     /// Where the next layer must start: the end of the newest layer.
@@ -94,7 +256,7 @@ impl LayerMap {
         if let Some(f) = self.frozen.back() {
             return f.end_lsn().expect("frozen layers have an end");
         }
-        self.l0.last().map_or(self.start_lsn, |l| l.lsn_range().end)
+        self.historic.end_lsn()
     }
 
     pub fn open_layer(&self) -> Option<&Arc<InMemoryLayer>> {
@@ -126,56 +288,66 @@ impl LayerMap {
     }
 
     /// Replace the oldest frozen layer with the L0 file it was flushed to
-    /// (`None` when it held no values).
-    pub fn replace_flushed(&mut self, flushed: &Arc<InMemoryLayer>, l0: Option<Arc<DeltaLayer>>) {
-        let front = self.frozen.pop_front().expect("flushed layer is in the map");
-        assert!(Arc::ptr_eq(&front, flushed), "layers must be flushed oldest first");
-        if let Some(l0) = l0 {
-            let end = flushed.end_lsn().expect("frozen");
+    /// (`None` when it held no values: an empty L0 stratum keeps the strata
+    /// contiguous). The L0 becomes the newest stratum.
+    pub fn replace_flushed(&mut self, flushed: &Arc<InMemoryLayer>, l0: Option<Arc<L>>) {
+        let front = self.frozen.front().expect("flushed layer is in the map");
+        assert!(Arc::ptr_eq(front, flushed), "layers must be flushed oldest first");
+        let range = flushed.start_lsn..flushed.end_lsn().expect("frozen");
+        if let Some(l0) = &l0 {
             assert!(
-                l0.lsn_range().start == flushed.start_lsn && l0.lsn_range().end == end,
-                "L0 {} does not cover the flushed layer {}..{end}",
-                l0.name,
-                flushed.start_lsn
+                l0.layer_name().lsn_range == range,
+                "L0 {} does not cover the flushed layer {}..{}",
+                l0.layer_name(),
+                range.start,
+                range.end
             );
-            self.l0.push(l0);
         }
+        self.change_historic(|h| h.push_flushed(range, l0));
+        self.frozen.pop_front();
     }
 
-    pub fn l0_layers(&self) -> &[Arc<DeltaLayer>] {
-        &self.l0
+    /// Compaction: replace the oldest run of L0 strata, up to and including
+    /// the one of `old.last()`, by one L1 stratum of `new_l1s`. `old` must
+    /// be that run's L0 layers, oldest first (empty L0 strata in the run go
+    /// too). Every L1 spans the run's LSN range (from the oldest L0
+    /// stratum's start to `old.last()`'s end); their key ranges are
+    /// disjoint; there may be none (the run held no values).
+    pub fn replace_l0s(&mut self, old: &[Arc<L>], new_l1s: Vec<Arc<L>>) {
+        self.change_historic(|h| h.replace_l0s(old, new_l1s));
     }
 
-    /// All layers, newest first.
-    pub fn newest_first(&self) -> Vec<ReadableLayer> {
-        let mut v = Vec::with_capacity(1 + self.frozen.len() + self.l0.len());
-        v.extend(self.open.iter().cloned().map(ReadableLayer::InMemory));
-        v.extend(self.frozen.iter().rev().cloned().map(ReadableLayer::InMemory));
-        v.extend(self.l0.iter().rev().cloned().map(ReadableLayer::Delta));
-        v
+    /// Image creation: add image layers at `lsn`, disjoint in keys among
+    /// themselves and from the images already at `lsn`. (The timeline's
+    /// manifest writer refuses an image above `disk_consistent_lsn`, as
+    /// start-up would: create images at or below it.)
+    pub fn add_images(&mut self, lsn: Lsn, layers: Vec<Arc<L>>) {
+        self.change_historic(|h| h.add_images(lsn, layers));
     }
 
-    /// The layers that may hold a value of `key` at or below `lsn`, newest
-    /// first. L0s are found by binary search on their LSN ranges.
-    pub fn search(&self, key: &Key, lsn: Lsn) -> Vec<ReadableLayer> {
-        let mut v: Vec<ReadableLayer> = self
-            .open
-            .iter()
-            .chain(self.frozen.iter().rev())
-            .filter(|l| l.start_lsn <= lsn)
-            .cloned()
-            .map(ReadableLayer::InMemory)
-            .collect();
-        let below = self.l0.partition_point(|l| l.lsn_range().start <= lsn);
-        v.extend(
-            self.l0[..below]
-                .iter()
-                .rev()
-                .filter(|l| l.name.key_range.contains(key))
-                .cloned()
-                .map(ReadableLayer::Delta),
-        );
-        v
+    /// Raise the GC cutoff (never lowered). Snapshots taken from now on
+    /// carry it; readers must refuse LSNs below it.
+    pub fn set_gc_cutoff(&mut self, cutoff: Lsn) {
+        self.change_historic(|h| h.set_gc_cutoff(cutoff));
+    }
+
+    /// GC: remove historic layers; each must be one of
+    /// `gc_candidates(gc_cutoff)` (asserted), so reads at or above the
+    /// cutoff are unaffected. Strata left without layers go (they lie at
+    /// or below the cutoff).
+    pub fn remove(&mut self, layers: &[Arc<L>]) {
+        self.change_historic(|h| h.remove(layers));
+    }
+
+    /// Apply `change` to a private copy of the historic part (unless no
+    /// snapshot shares it) and publish it.
+    fn change_historic(&mut self, change: impl FnOnce(&mut Historic<L>)) {
+        let h = Arc::make_mut(&mut self.historic);
+        change(h);
+        #[cfg(debug_assertions)]
+        if let Err(e) = h.check() {
+            panic!("layer map invariant broken: {e}");
+        }
     }
 
     pub fn in_memory_layer_count(&self) -> usize {

@@ -5,10 +5,11 @@
 //! them with a `BlobRef` (offset, length, will_init), so a flush copies the
 //! value bytes verbatim and planning a read never needs to read a value.
 
-pub mod delta_layer;
+pub mod block_cache;
+pub mod chunks;
 pub mod ephemeral_file;
 pub mod inmemory_layer;
-pub mod key_index;
+pub mod layer_file;
 pub mod layer_map;
 
 use std::fmt;
@@ -73,6 +74,36 @@ impl fmt::Debug for BlobRef {
 pub enum LayerKind {
     Delta,
     Image,
+}
+
+/// Where a historic layer sits in the layer map and the manifest: an L0
+/// delta (one flush: every key, one flush's LSN range), an L1 delta (one key
+/// range of a compaction's output) or an image layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LayerLevel {
+    L0,
+    L1,
+    Image,
+}
+
+impl LayerLevel {
+    /// The kind of file a layer of this level is.
+    pub fn kind(self) -> LayerKind {
+        match self {
+            LayerLevel::L0 | LayerLevel::L1 => LayerKind::Delta,
+            LayerLevel::Image => LayerKind::Image,
+        }
+    }
+}
+
+impl fmt::Display for LayerLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LayerLevel::L0 => "L0",
+            LayerLevel::L1 => "L1",
+            LayerLevel::Image => "image",
+        })
+    }
 }
 
 /// File name of a layer: a delta layer is `<key start>-<key end>__<lsn

@@ -4,13 +4,13 @@
 //! layer to the frozen queue under the `layers` lock, with the writer lock
 //! held, at an LSN boundary. One flush task per timeline writes frozen layers
 //! oldest first: write the L0 (temp, fsync, rename, fsync dir), swap it into
-//! the layer map in place of the frozen layer, then persist the manifest with
-//! the new `disk_consistent_lsn`. A failed flush is retried; ingest waits
-//! (backpressure) rather than lose anything.
+//! the layer map in place of the frozen layer (a new L0 stratum), then
+//! persist the manifest with the new `disk_consistent_lsn`. A failed flush
+//! is retried; ingest waits (backpressure) rather than lose anything.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context};
 use tracing::{error, warn};
@@ -18,8 +18,8 @@ use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
 
 use super::super::metadata::LayerEntry;
-use super::super::storage_layer::delta_layer::DeltaLayer;
-use super::{Timeline, TimelineMetadata};
+use super::super::storage_layer::layer_file::LayerFile;
+use super::{load, Timeline, TimelineMetadata};
 use crate::metrics::storage as metrics;
 
 impl Timeline {
@@ -89,18 +89,15 @@ impl Timeline {
 
     async fn flush_frozen_layers(&self) -> anyhow::Result<()> {
         // An earlier attempt may have placed an L0 but failed to record it.
-        let newest_l0_end =
-            self.layers.read().unwrap().l0_layers().last().map(|l| l.lsn_range().end);
-        if let Some(end) = newest_l0_end {
-            if end.0 - 1 > self.get_disk_consistent_lsn().0 {
-                self.persist_disk_consistent(Lsn(end.0 - 1)).await?;
-            }
+        let end = self.layers.read().unwrap().historic().end_lsn();
+        if end.0 - 1 > self.get_disk_consistent_lsn().0 {
+            self.persist_disk_consistent(Lsn(end.0 - 1)).await?;
         }
         loop {
             let Some(layer) = self.layers.read().unwrap().oldest_frozen() else { break };
             let started = Instant::now();
             failpoint("flush::before-write-layer")?;
-            let l0 = DeltaLayer::write_from_inmemory(
+            let l0 = LayerFile::write_from_inmemory(
                 &self.conf.io_engine,
                 &self.dir,
                 self.tenant_id,
@@ -127,24 +124,47 @@ impl Timeline {
         Ok(())
     }
 
-    /// The L0 files of the layer map, as manifest entries, oldest first.
-    fn manifest_layers(&self) -> Vec<LayerEntry> {
-        let lm = self.layers.read().unwrap();
-        lm.l0_layers()
-            .iter()
-            .map(|l| LayerEntry { name: l.name.to_string(), size_bytes: l.file_size })
-            .collect()
+    /// Persist the manifest as the layer map is now (after GC, compaction
+    /// or image creation changed it).
+    pub async fn persist_manifest(&self) -> anyhow::Result<()> {
+        self.persist_disk_consistent(self.get_disk_consistent_lsn()).await
     }
 
-    /// Persist the manifest: the current L0 list and `disk_consistent_lsn = lsn`.
+    /// Persist the manifest: the layer map's historic layers with their
+    /// levels, its empty strata and GC cutoff, the LSN-by-time record with a
+    /// sample (now, disk_consistent_lsn), and `disk_consistent_lsn`: `lsn`,
+    /// or more if the map already holds (durable) layers beyond it.
+    ///
+    /// Manifest writes are serialized (`manifest_write`), and each lists
+    /// one snapshot of the map, so a later write never lists an older
+    /// state. The manifest is checked as start-up will check it before it
+    /// is written: a map start-up would refuse is an error here, not a
+    /// timeline that fails to load after a restart.
     async fn persist_disk_consistent(&self, lsn: Lsn) -> anyhow::Result<()> {
         failpoint("flush::before-metadata")?;
+        let _writing = self.manifest_write.lock().await;
+        let historic = self.layers.read().unwrap().historic().clone();
+        let lsn = lsn.max(self.get_disk_consistent_lsn()).max(Lsn(historic.end_lsn().0 - 1));
+        let lsn_by_time = {
+            let mut record = self.lsn_by_time.lock().unwrap();
+            record.record(SystemTime::now(), lsn);
+            record.clone()
+        };
+        let layers = historic.all_historic().into_iter().map(|(level, l)| LayerEntry {
+            name: l.name.to_string(),
+            size_bytes: l.file_size,
+            level,
+        });
         let md = TimelineMetadata {
             disk_consistent_lsn: lsn,
             initial_lsn: self.initial_lsn,
             pg_version: self.pg_version,
-            layers: self.manifest_layers(),
+            layers: layers.collect(),
+            empty_strata: historic.empty_strata(),
+            gc_cutoff: historic.gc_cutoff(),
+            lsn_by_time,
         };
+        load::check_manifest(&md).context("the manifest about to be written is invalid")?;
         md.persist(&self.conf.io_engine, &self.dir).await?;
         failpoint("flush::after-metadata")?;
         self.flush_state.send_modify(|s| {

@@ -1,40 +1,52 @@
 //! Start-up of a timeline from disk: the manifest (the `metadata` file) says
-//! which layer files are live; the directory listing is only checked
-//! against it.
+//! which layer files are live, at which level; the directory listing is
+//! only checked against it.
 //!
+//! - the manifest is checked before any layer file is opened, against the
+//!   layer map's invariants (`storage_layer/layer_map/historic.rs`): strata
+//!   ordered, not overlapping, contiguous from `initial_lsn + 1` except for
+//!   gaps at or below the GC cutoff; L1 key ranges disjoint within a
+//!   stratum; images disjoint within an LSN; each listed level matching the
+//!   file name's kind; every layer ends at or below
+//!   `disk_consistent_lsn + 1` (an image's LSN at or below
+//!   `disk_consistent_lsn`). A violation fails the load with an error
+//!   naming the layer file(s);
 //! - a listed layer file that is missing, or whose size differs from the
 //!   manifest, fails the load with an error naming the file: never a stale
 //!   or empty answer;
-//! - listed layers must be ordered, contiguous from `initial_lsn + 1`, and
-//!   end at or below `disk_consistent_lsn + 1`; a gap or overlap names the
-//!   layers around it;
-//! - a layer file present but not listed was written by a flush that did not
-//!   reach its manifest update (so it is beyond `disk_consistent_lsn`): it
-//!   is removed; temp and ephemeral files likewise;
+//! - a layer file (delta or image) present but not listed was written by a
+//!   flush, compaction or image creation that did not reach its manifest
+//!   update, or deleted by GC after one: it is removed; temp and ephemeral
+//!   files likewise;
 //! - a version-1 metadata file (no layer list) gets one from the directory
-//!   listing (layers ending at or below `disk_consistent_lsn + 1`, as older
-//!   daemons did), and is rewritten as version 2 at once.
+//!   listing (delta layers ending at or below `disk_consistent_lsn + 1`, as
+//!   older daemons did; their gaps become empty L0 strata), and is
+//!   rewritten at once. A version-2 file lists L0s only; the next manifest
+//!   write makes it version 3.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{bail, ensure};
+use anyhow::{bail, ensure, Context};
 use io_engine::IoEngine;
 use tracing::{info, warn};
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FILE};
-use super::super::storage_layer::delta_layer::DeltaLayer;
+use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
-use super::super::storage_layer::LayerName;
+use super::super::storage_layer::layer_map::{LayerDesc, LayerMap};
+use super::super::storage_layer::{LayerKind, LayerLevel, LayerName};
 use super::super::StorageConf;
 
-/// The checked manifest and the loaded L0 layers, oldest first.
+/// The checked manifest and its loaded layers with their levels (the
+/// manifest's order).
 pub(super) struct Loaded {
     pub md: TimelineMetadata,
-    pub layers: Vec<Arc<DeltaLayer>>,
+    pub layers: Vec<(LayerLevel, Arc<LayerFile>)>,
 }
 
 pub(super) async fn load_layers(
@@ -51,8 +63,9 @@ pub(super) async fn load_layers(
     let listing = engine.read_dir(dir).await?;
     if from_v1 {
         md.layers = layers_from_listing(engine, dir, &listing, md.disk_consistent_lsn).await?;
+        md.empty_strata = v1_gaps(&md)?;
     }
-    let names = check_manifest(&md, from_v1)?;
+    let names = check_manifest(&md)?;
     remove_unlisted(engine, dir, &listing, &names).await?;
     let mut layers = Vec::with_capacity(md.layers.len());
     for (entry, name) in md.layers.iter().zip(&names) {
@@ -67,9 +80,9 @@ pub(super) async fn load_layers(
             path.display(),
             entry.size_bytes
         );
-        let layer = DeltaLayer::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
+        let layer = LayerFile::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
         debug_assert_eq!(&layer.name, name);
-        layers.push(Arc::new(layer));
+        layers.push((entry.level, Arc::new(layer)));
     }
     if from_v1 {
         md.persist(engine, dir).await?;
@@ -82,33 +95,70 @@ pub(super) async fn load_layers(
     Ok(Loaded { md, layers })
 }
 
-/// Parse and check the listed names: ordered, contiguous from
-/// `initial_lsn + 1` (version-1 listings may have gaps), not beyond
-/// `disk_consistent_lsn + 1`.
-fn check_manifest(md: &TimelineMetadata, from_v1: bool) -> anyhow::Result<Vec<LayerName>> {
+/// Parse and check the listed names and levels against the layer map's
+/// invariants and `disk_consistent_lsn` (see the module comment); the
+/// names, in the manifest's order.
+pub(super) fn check_manifest(md: &TimelineMetadata) -> anyhow::Result<Vec<LayerName>> {
+    let dcl = md.disk_consistent_lsn;
     let mut names = Vec::with_capacity(md.layers.len());
-    let mut expected_start = md.initial_lsn + 1;
+    let mut descs = Vec::with_capacity(md.layers.len());
     for entry in &md.layers {
         let Some(name) = LayerName::parse(&entry.name) else {
             bail!("manifest lists {}, which is not a layer file name", entry.name);
         };
-        let start = name.lsn_range.start;
-        if start != expected_start && !(from_v1 && start > expected_start) {
-            bail!(
-                "manifest layers do not cover the timeline: layer file {} starts at {start}, expected {expected_start}",
+        ensure!(
+            name.kind == entry.level.kind(),
+            "manifest lists layer file {} as {}, but it is named as {} layer",
+            entry.name,
+            entry.level,
+            match name.kind {
+                LayerKind::Delta => "a delta",
+                LayerKind::Image => "an image",
+            }
+        );
+        if name.kind == LayerKind::Image {
+            ensure!(
+                name.image_lsn() <= dcl,
+                "image layer file {} is at an LSN beyond disk_consistent_lsn {dcl}",
                 entry.name
             );
         }
         ensure!(
-            name.lsn_range.end <= md.disk_consistent_lsn + 1,
-            "layer file {} ends beyond disk_consistent_lsn {}",
-            entry.name,
-            md.disk_consistent_lsn
+            name.lsn_range.end <= dcl + 1,
+            "layer file {} ends beyond disk_consistent_lsn {dcl}",
+            entry.name
         );
-        expected_start = name.lsn_range.end;
+        let desc = LayerDesc { name: name.clone(), file_size: entry.size_bytes };
+        descs.push((entry.level, Arc::new(desc)));
         names.push(name);
     }
+    for (level, r) in &md.empty_strata {
+        ensure!(
+            r.end <= dcl + 1,
+            "the empty {level} stratum {}..{} ends beyond disk_consistent_lsn {dcl}",
+            r.start,
+            r.end
+        );
+    }
+    LayerMap::try_new(md.initial_lsn + 1, md.gc_cutoff, descs, md.empty_strata.clone())
+        .context("manifest refused")?;
     Ok(names)
+}
+
+/// The LSN ranges a version-1 listing (sorted by start) leaves uncovered
+/// from `initial_lsn + 1`: older daemons opened a layer at
+/// `last_record_lsn + 1` after a checkpoint, so there are no values there.
+fn v1_gaps(md: &TimelineMetadata) -> anyhow::Result<Vec<(LayerLevel, Range<Lsn>)>> {
+    let mut gaps = Vec::new();
+    let mut expected = md.initial_lsn + 1;
+    for entry in &md.layers {
+        let name = LayerName::parse(&entry.name).context("listed by name")?;
+        if name.lsn_range.start > expected {
+            gaps.push((LayerLevel::L0, expected..name.lsn_range.start));
+        }
+        expected = expected.max(name.lsn_range.end);
+    }
+    Ok(gaps)
 }
 
 /// Remove temp, ephemeral and unlisted layer files (fsyncing the directory
@@ -148,8 +198,8 @@ async fn remove_unlisted(
     Ok(())
 }
 
-/// A version-1 timeline's layer list: the layer files present that end at
-/// or below `disk_consistent_lsn + 1`, oldest first.
+/// A version-1 timeline's layer list: the delta layer files present that
+/// end at or below `disk_consistent_lsn + 1`, oldest first, all L0s.
 async fn layers_from_listing(
     engine: &IoEngine,
     dir: &Path,
@@ -160,11 +210,113 @@ async fn layers_from_listing(
     for entry in listing {
         let fname = entry.name_lossy();
         let Some(name) = LayerName::parse(&fname) else { continue };
-        if name.lsn_range.end <= disk_consistent_lsn + 1 {
+        if name.kind == LayerKind::Delta && name.lsn_range.end <= disk_consistent_lsn + 1 {
             let file = engine.open(&dir.join(&entry.name), io_engine::OpenMode::READ).await?;
             let size_bytes = file.len().await?;
-            by_start.insert(name.lsn_range.start, LayerEntry { name: fname, size_bytes });
+            let entry = LayerEntry { name: fname, size_bytes, level: LayerLevel::L0 };
+            by_start.insert(name.lsn_range.start, entry);
         }
     }
     Ok(by_start.into_values().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use pageserver_api::key::Key;
+
+    use super::*;
+    use crate::tenant::lsn_by_time::LsnTimeRecord;
+
+    fn delta(keys: Range<u32>, lsns: Range<u64>) -> String {
+        let k = |i| Key::MIN.add(i);
+        LayerName::delta(k(keys.start)..k(keys.end), Lsn(lsns.start)..Lsn(lsns.end)).to_string()
+    }
+
+    fn image(keys: Range<u32>, lsn: u64) -> String {
+        let k = |i| Key::MIN.add(i);
+        LayerName::image(k(keys.start)..k(keys.end), Lsn(lsn)).to_string()
+    }
+
+    /// A manifest of `layers` for a timeline from 0x10 to 0x50.
+    fn manifest(layers: &[(LayerLevel, &str)]) -> TimelineMetadata {
+        let entries = layers.iter().map(|(level, name)| LayerEntry {
+            name: name.to_string(),
+            size_bytes: 8192,
+            level: *level,
+        });
+        TimelineMetadata {
+            disk_consistent_lsn: Lsn(0x4f),
+            initial_lsn: Lsn(0xf),
+            pg_version: 16,
+            layers: entries.collect(),
+            empty_strata: Vec::new(),
+            gc_cutoff: Lsn(0),
+            lsn_by_time: LsnTimeRecord::default(),
+        }
+    }
+
+    fn refusal(md: &TimelineMetadata) -> String {
+        format!("{:#}", check_manifest(md).expect_err("the manifest was accepted"))
+    }
+
+    #[test]
+    fn a_sound_manifest_passes() {
+        use LayerLevel::*;
+        let (a, b, c) = (delta(0..5, 0x10..0x30), delta(5..9, 0x10..0x30), delta(0..9, 0x30..0x50));
+        let i = image(0..9, 0x4f);
+        let md = manifest(&[(L1, &a), (L1, &b), (L0, &c), (Image, &i)]);
+        assert_eq!(check_manifest(&md).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn overlapping_strata_are_refused_naming_the_file() {
+        let (a, b) = (delta(0..5, 0x10..0x30), delta(0..9, 0x20..0x40));
+        let err = refusal(&manifest(&[(LayerLevel::L0, &a), (LayerLevel::L0, &b)]));
+        assert!(err.contains(&b) && err.contains("overlap"), "{err}");
+        // L1s of one stratum overlapping in keys.
+        let (c, d) = (delta(0..5, 0x10..0x30), delta(4..9, 0x10..0x30));
+        let err = refusal(&manifest(&[(LayerLevel::L1, &c), (LayerLevel::L1, &d)]));
+        assert!(err.contains(&c) && err.contains(&d) && err.contains("overlap in keys"), "{err}");
+        // A gap above the GC cutoff: a lost layer.
+        let e = delta(0..9, 0x31..0x40);
+        let err = refusal(&manifest(&[(LayerLevel::L0, &a), (LayerLevel::L0, &e)]));
+        assert!(err.contains(&e) && err.contains("gap"), "{err}");
+    }
+
+    #[test]
+    fn bad_levels_are_refused_naming_the_file() {
+        let (a, i) = (delta(0..5, 0x10..0x30), image(0..5, 0x20));
+        let err = refusal(&manifest(&[(LayerLevel::Image, &a)]));
+        assert!(err.contains(&a) && err.contains("as image"), "{err}");
+        let err = refusal(&manifest(&[(LayerLevel::L0, &a), (LayerLevel::L1, &i)]));
+        assert!(err.contains(&i) && err.contains("as L1"), "{err}");
+        // An L1 stratum above an L0.
+        let b = delta(0..5, 0x30..0x40);
+        let err = refusal(&manifest(&[(LayerLevel::L0, &a), (LayerLevel::L1, &b)]));
+        assert!(err.contains(&a) && err.contains(&b) && err.contains("lies above"), "{err}");
+    }
+
+    #[test]
+    fn layers_beyond_disk_consistent_lsn_are_refused_naming_the_file() {
+        let a = delta(0..5, 0x10..0x50);
+        let late_image = image(0..5, 0x50);
+        let err = refusal(&manifest(&[(LayerLevel::L0, &a), (LayerLevel::Image, &late_image)]));
+        assert!(err.contains(&late_image) && err.contains("disk_consistent_lsn"), "{err}");
+        let late = delta(0..5, 0x10..0x51);
+        let err = refusal(&manifest(&[(LayerLevel::L0, &late)]));
+        assert!(err.contains(&late) && err.contains("disk_consistent_lsn"), "{err}");
+        let mut md = manifest(&[(LayerLevel::L0, &a)]);
+        md.empty_strata.push((LayerLevel::L0, Lsn(0x50)..Lsn(0x60)));
+        assert!(refusal(&md).contains("empty L0 stratum"));
+    }
+
+    #[test]
+    fn version_1_gaps_become_empty_l0_strata() {
+        let (a, b) = (delta(0..5, 0x12..0x20), delta(0..5, 0x28..0x30));
+        let mut md = manifest(&[(LayerLevel::L0, &a), (LayerLevel::L0, &b)]);
+        md.empty_strata = v1_gaps(&md).unwrap();
+        let r = |s: u64, e: u64| (LayerLevel::L0, Lsn(s)..Lsn(e));
+        assert_eq!(md.empty_strata, vec![r(0x10, 0x12), r(0x20, 0x28)]);
+        check_manifest(&md).unwrap();
+    }
 }

@@ -2,8 +2,9 @@
 //! flush machinery.
 //!
 //! LSNs: `last_record_lsn` — everything up to it is ingested and readable;
-//! `disk_consistent_lsn` — everything up to it is in L0 files on disk and
+//! `disk_consistent_lsn` — everything up to it is in layer files on disk and
 //! recorded in the metadata file. `disk_consistent_lsn <= last_record_lsn`.
+//! `gc_cutoff` — reads below it are refused (0 until GC first runs).
 //!
 //! Concurrency contract:
 //! - Writes go through `TimelineWriter`, a guard of the async `writer` mutex:
@@ -20,8 +21,18 @@
 //!   the frozen layer, then persist `disk_consistent_lsn` in the metadata.
 //!   A failed flush is retried; ingest waits (backpressure) rather than lose
 //!   anything.
-//! - Readers snapshot the layer list (Arcs) under the `layers` lock and read
-//!   without it; a frozen layer being flushed stays readable until dropped.
+//! - Readers take a snapshot of the layer map (`ReadSnapshot`: an Arc of the
+//!   immutable historic part plus the in-memory layers) under the `layers`
+//!   lock and read without it; a layer replaced or removed meanwhile stays
+//!   readable until the snapshot is dropped. The snapshot carries the GC
+//!   cutoff it is valid for, so a read checks its LSN against the same
+//!   state it reads.
+//! - Manifest writes (flush, and compaction/GC through `persist_manifest`)
+//!   serialize on the async `manifest_write` mutex and list one snapshot
+//!   of the map each.
+//! - The GC cutoff is raised (`set_gc_cutoff`) with `lease_write` held, and
+//!   lease renewals check it with `lease_write` held: a lease below a new
+//!   cutoff is refused, never silently unprotected.
 //! - LSN leases (`lease.rs`): renewals serialize on the async `lease_write`
 //!   mutex, held across the durable write of the lease file; the new map is
 //!   installed in `leases` (a std mutex, never held across an await) only
@@ -60,6 +71,7 @@ pub use writer::TimelineWriter;
 
 use writer::WriterState;
 
+use super::lsn_by_time::LsnTimeRecord;
 use super::metadata::TimelineMetadata;
 use super::storage_layer::layer_map::LayerMap;
 use super::{Globals, StorageConf};
@@ -70,6 +82,10 @@ pub struct LayerStats {
     pub in_memory_bytes: u64,
     pub l0_layers: usize,
     pub l0_bytes: u64,
+    pub l1_layers: usize,
+    pub l1_bytes: u64,
+    pub image_layers: usize,
+    pub image_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -109,6 +125,14 @@ pub struct Timeline {
     /// `min_readable_lsn()`, kept beside `wal_source` (written under its
     /// lock) so that the per-request LSN check takes no lock.
     min_readable_lsn: AtomicU64,
+    /// The layer map's GC cutoff, mirrored for the per-request LSN check
+    /// (raised under the `layers` lock, after the map's).
+    gc_cutoff: AtomicU64,
+    /// Held across each manifest write (`flush.rs`), so writes do not
+    /// interleave.
+    manifest_write: tokio::sync::Mutex<()>,
+    /// Which LSN was durable when, as in the manifest (`lsn_by_time.rs`).
+    lsn_by_time: Mutex<LsnTimeRecord>,
     /// Set by the WAL receiver, read by the API.
     pub receiver_status: Mutex<ReceiverStatus>,
     /// (end, start) of the last WAL record ingested, as the WAL receiver
@@ -167,7 +191,8 @@ impl Timeline {
     ) -> anyhow::Result<Arc<Timeline>> {
         let load::Loaded { md, layers } =
             load::load_layers(&conf, &dir, tenant_id, timeline_id).await?;
-        let layer_map = LayerMap::new(md.initial_lsn + 1, layers);
+        let layer_map =
+            LayerMap::try_new(md.initial_lsn + 1, md.gc_cutoff, layers, md.empty_strata.clone())?;
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
         let leases = LeaseMap::load(&conf.io_engine, &dir, SystemTime::now()).await?;
         let tl = Arc::new(Timeline {
@@ -194,6 +219,9 @@ impl Timeline {
             read_slots: tokio::sync::Semaphore::new(super::vectored_read::TIMELINE_CHUNK_READS),
             corruption_log: PerKeyLogLimit::default(),
             min_readable_lsn: AtomicU64::new(readable_from(md.initial_lsn, &wal_source).0),
+            gc_cutoff: AtomicU64::new(md.gc_cutoff.0),
+            manifest_write: tokio::sync::Mutex::new(()),
+            lsn_by_time: Mutex::new(md.lsn_by_time),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
             last_record: Mutex::new(None),
@@ -230,6 +258,36 @@ impl Timeline {
     /// follows a primary, the LSN where its base backup became consistent.
     pub fn min_readable_lsn(&self) -> Lsn {
         Lsn(self.min_readable_lsn.load(Ordering::Acquire))
+    }
+
+    /// Reads below this LSN are refused: GC may have removed the history
+    /// they need. 0 until GC first runs.
+    pub fn gc_cutoff(&self) -> Lsn {
+        Lsn(self.gc_cutoff.load(Ordering::Acquire))
+    }
+
+    /// Raise the GC cutoff towards `wanted`, but never above the lowest
+    /// lease valid at `now` nor below the current cutoff; returns the
+    /// cutoff now in force (in memory: the next manifest write persists
+    /// it). Holds `lease_write`, as lease renewals do while they check the
+    /// cutoff, so a lease is either seen here or refused there.
+    pub async fn set_gc_cutoff(&self, wanted: Lsn, now: SystemTime) -> Lsn {
+        let _leases = self.lease_write.lock().await;
+        let mut cutoff = wanted;
+        if let Some(leased) = self.min_valid_lease_lsn(now) {
+            cutoff = cutoff.min(leased);
+        }
+        let mut lm = self.layers.write().unwrap();
+        let cutoff = cutoff.max(lm.historic().gc_cutoff());
+        lm.set_gc_cutoff(cutoff);
+        self.gc_cutoff.store(cutoff.0, Ordering::Release);
+        cutoff
+    }
+
+    /// The newest LSN known durable at time `at` (the LSN-by-time record),
+    /// for GC's `pitr_interval`.
+    pub fn lsn_at_or_before(&self, at: SystemTime) -> Option<Lsn> {
+        self.lsn_by_time.lock().unwrap().lsn_at_or_before(at)
     }
 
     /// The WAL receiver committed a record that started at `start` and
@@ -275,25 +333,31 @@ impl Timeline {
     /// durable.
     ///
     /// Refused: LSN 0, and an LSN below what the timeline can serve
-    /// ([`Self::min_readable_lsn`]; the GC cutoff once GC exists), whose
-    /// history is gone. An LSN above `last_record_lsn` is granted, as
-    /// Neon's pageserver does: a static compute may ask for its LSN before
-    /// this pageserver ingested it (after a restart or a move), and such a
-    /// lease costs nothing, since GC never removes history that newer
-    /// reads still need.
+    /// ([`Self::min_readable_lsn`], [`Self::gc_cutoff`]), whose history is
+    /// gone; the cutoff is checked under `lease_write`, which GC holds
+    /// while it raises the cutoff (`set_gc_cutoff`). An LSN above
+    /// `last_record_lsn` is granted, as Neon's pageserver does: a static
+    /// compute may ask for its LSN before this pageserver ingested it
+    /// (after a restart or a move), and such a lease costs nothing, since
+    /// GC never removes history that newer reads still need.
     pub async fn lease_lsn(&self, lsn: Lsn) -> Result<LsnLease, LeaseError> {
         if lsn == Lsn(0) {
             return Err(LeaseError::InvalidLsn);
         }
-        let floor = self.min_readable_lsn();
-        if lsn < floor {
+        let below_history = |floor: Lsn| {
             let (tenant, timeline) = (self.tenant_id, self.timeline_id);
-            return Err(LeaseError::BelowHistory { lsn, floor, tenant, timeline });
+            Err(LeaseError::BelowHistory { lsn, floor, tenant, timeline })
+        };
+        if lsn < self.min_readable_lsn() {
+            return below_history(self.min_readable_lsn());
         }
         let _writing = tokio::select! {
             w = self.lease_write.lock() => w,
             _ = self.cancel.cancelled() => return Err(LeaseError::ShuttingDown),
         };
+        if lsn < self.gc_cutoff() {
+            return below_history(self.gc_cutoff());
+        }
         let now = SystemTime::now();
         let mut next = self.leases.lock().unwrap().clone();
         let held = next.renew(lsn, lease::lease_until(now, self.conf.lsn_lease_length), now)?;
@@ -319,12 +383,20 @@ impl Timeline {
     }
 
     pub fn layer_stats(&self) -> LayerStats {
-        let lm = self.layers.read().unwrap();
+        let (in_memory_layers, in_memory_bytes, historic) = {
+            let lm = self.layers.read().unwrap();
+            (lm.in_memory_layer_count(), lm.in_memory_bytes(), lm.historic().clone())
+        };
+        let h = historic.stats();
         LayerStats {
-            in_memory_layers: lm.in_memory_layer_count(),
-            in_memory_bytes: lm.in_memory_bytes(),
-            l0_layers: lm.l0_layers().len(),
-            l0_bytes: lm.l0_layers().iter().map(|l| l.file_size).sum(),
+            in_memory_layers,
+            in_memory_bytes,
+            l0_layers: h.l0_layers,
+            l0_bytes: h.l0_bytes,
+            l1_layers: h.l1_layers,
+            l1_bytes: h.l1_bytes,
+            image_layers: h.image_layers,
+            image_bytes: h.image_bytes,
         }
     }
 

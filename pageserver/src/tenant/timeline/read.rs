@@ -1,8 +1,12 @@
 //! The timeline's read side: waiting for an LSN, and the vectored get.
 //!
-//! Readers snapshot the layer list (Arcs) under the `layers` lock and read
-//! without it; a frozen layer being flushed stays readable until dropped.
-//! Reads never take the writer lock.
+//! Readers take a snapshot of the layer map (`ReadSnapshot`) under the
+//! `layers` lock and read without it; a layer replaced or removed meanwhile
+//! stays readable until the snapshot is dropped. Reads never take the
+//! writer lock. An LSN below the GC cutoff is refused twice: early, by
+//! `check_lsn_readable` (a lock-free mirror of the cutoff), and by the read
+//! itself against its snapshot's cutoff (authoritative: GC raises the cutoff
+//! before it removes layers, in the map that snapshots copy).
 
 use std::time::Instant;
 
@@ -13,28 +17,34 @@ use tracing::error;
 use utils::lsn::Lsn;
 use utils::seqwait::SeqWaitError;
 
+use super::super::storage_layer::layer_file::LayerReadError;
 use super::super::{vectored_read, GetVectoredError, PageReconstructError, ReadKind, WaitLsnError};
 use super::Timeline;
 use crate::metrics::storage as metrics;
 
 /// Why an LSN cannot be read (whatever WAL may still arrive).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("LSN {lsn} is below the timeline's first readable LSN {min_readable} (its history starts there)")]
-pub struct LsnNotReadable {
-    pub lsn: Lsn,
-    pub min_readable: Lsn,
+pub enum LsnNotReadable {
+    #[error("LSN {lsn} is below the timeline's first readable LSN {min_readable} (its history starts there)")]
+    BeforeStart { lsn: Lsn, min_readable: Lsn },
+    #[error("LSN {lsn} is below the timeline's GC cutoff {gc_cutoff}: that history was garbage collected")]
+    GarbageCollected { lsn: Lsn, gc_cutoff: Lsn },
 }
 
 impl Timeline {
     /// Whether the history at `lsn` is kept: at or above the timeline's
     /// start (for a timeline following a primary, where its base backup
-    /// became consistent). The one place for this rule: a GC cutoff will be
-    /// checked here too. `lsn` above `last_record_lsn` is readable once
-    /// the WAL arrives (`wait_lsn`).
+    /// became consistent) and at or above the GC cutoff. The one place for
+    /// this rule. `lsn` above `last_record_lsn` is readable once the WAL
+    /// arrives (`wait_lsn`).
     pub fn check_lsn_readable(&self, lsn: Lsn) -> Result<(), LsnNotReadable> {
         let min_readable = self.min_readable_lsn();
         if lsn < min_readable {
-            return Err(LsnNotReadable { lsn, min_readable });
+            return Err(LsnNotReadable::BeforeStart { lsn, min_readable });
+        }
+        let gc_cutoff = self.gc_cutoff();
+        if lsn < gc_cutoff {
+            return Err(LsnNotReadable::GarbageCollected { lsn, gc_cutoff });
         }
         Ok(())
     }
@@ -67,13 +77,13 @@ impl Timeline {
         if self.cancel.is_cancelled() {
             return Err(GetVectoredError::Cancelled);
         }
-        let layers = self.layers.read().unwrap().newest_first();
+        let snapshot = self.layers.read().unwrap().snapshot();
         let limits = vectored_read::ReadLimits {
             timeline: &self.read_slots,
             process: vectored_read::process_read_slots(),
         };
         let (results, stats) =
-            vectored_read::read(&self.conf.io_engine, &layers, queries, limits).await;
+            vectored_read::read(&self.conf.io_engine, &snapshot, queries, limits).await;
         metrics::record_vectored_read(
             kind as usize,
             kind.label(),
@@ -85,12 +95,15 @@ impl Timeline {
         Ok(results)
     }
 
-    /// Corruption found while serving is loud: every corrupt value is
-    /// counted (`pageserver_layer_corruption_errors_total`) and logged at
-    /// ERROR with tenant, timeline, layer file, key and LSN, at most once
-    /// per `CORRUPTION_LOG_INTERVAL` per layer file.
+    /// Corruption found while serving is loud: every corrupt value or index
+    /// block is counted (`pageserver_layer_corruption_errors_total`) and
+    /// logged at ERROR with tenant, timeline, layer file (and key and LSN
+    /// of a value), at most once per `CORRUPTION_LOG_INTERVAL` per layer file.
     fn report_corruption(&self, results: &[Result<Bytes, PageReconstructError>]) {
         for r in results {
+            if let Err(PageReconstructError::LayerIndex { layer, source }) = r {
+                self.report_corrupt_index(layer, source);
+            }
             let Err(PageReconstructError::CorruptValue { key, lsn, layer, source }) = r else {
                 continue;
             };
@@ -105,6 +118,21 @@ impl Timeline {
                     "corrupt value in layer file {layer}: {source}"
                 );
             }
+        }
+    }
+
+    fn report_corrupt_index(&self, layer: &str, err: &LayerReadError) {
+        if !matches!(err, LayerReadError::CorruptBlock { .. }) {
+            return;
+        }
+        metrics::LAYER_CORRUPTION_ERRORS.inc();
+        if self.corruption_log.should_log(layer) {
+            error!(
+                tenant_id = %self.tenant_id,
+                timeline_id = %self.timeline_id,
+                layer = %layer,
+                "corrupt index in layer file {layer}: {err}"
+            );
         }
     }
 

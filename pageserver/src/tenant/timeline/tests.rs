@@ -1,8 +1,10 @@
 //! Start-up against the manifest: missing, resized, unlisted and corrupt
-//! layer files, on real files.
+//! layer files, a version-2 manifest, and the GC cutoff across a restart,
+//! on real files.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pageserver_api::key::Key;
 use tokio_util::sync::CancellationToken;
@@ -29,7 +31,7 @@ async fn two_layers() -> (tempfile::TempDir, TenantId, TimelineId, Vec<PathBuf>)
         tl.freeze_and_flush().await.unwrap();
     }
     let paths: Vec<PathBuf> =
-        tl.layers.read().unwrap().l0_layers().iter().map(|l| l.path.clone()).collect();
+        tl.layers.read().unwrap().historic().l0_layers().map(|l| l.path.clone()).collect();
     assert_eq!(paths.len(), 2);
     let ids = (t.id(), tl.timeline_id);
     mgr.shutdown().await;
@@ -126,4 +128,86 @@ async fn a_flipped_value_byte_is_an_error_naming_the_layer() {
     assert!(err.to_string().contains("checksum mismatch"), "{err}");
     // The older version, in the intact layer, still reads.
     assert_eq!(&tl.get(Key::MIN, Lsn(0x20)).await.unwrap()[..], b"old");
+}
+
+/// The metadata file of the (only) timeline under `dir`.
+fn metadata_path(paths: &[PathBuf]) -> PathBuf {
+    paths[0].with_file_name(crate::tenant::metadata::METADATA_FILE)
+}
+
+fn read_manifest(path: &std::path::Path) -> crate::tenant::metadata::TimelineMetadata {
+    use crate::tenant::metadata::{Decoded, TimelineMetadata};
+    match TimelineMetadata::decode(&std::fs::read(path).unwrap()).unwrap() {
+        Decoded::Manifest(md) => md,
+        Decoded::V1(_) => panic!("a version-1 file"),
+    }
+}
+
+#[tokio::test]
+async fn version_2_manifest_loads_and_the_next_write_is_version_3() {
+    let (dir, t, tl, paths) = two_layers().await;
+    let path = metadata_path(&paths);
+    let md = read_manifest(&path);
+    assert!(!md.lsn_by_time.samples().is_empty(), "each manifest write records a sample");
+    assert!(md.layers.iter().all(|l| l.level == crate::tenant::storage_layer::LayerLevel::L0));
+    std::fs::write(&path, md.encode_v2()).unwrap();
+
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let tl = mgr.get_timeline(t, tl).unwrap();
+    assert_eq!(tl.layer_stats().l0_layers, 2);
+    assert_eq!(&tl.get(Key::MIN, Lsn(0x20)).await.unwrap()[..], b"old");
+    let mut w = tl.writer().await;
+    w.put(Key::MIN, Lsn(0x38), &image(b"newer")).await.unwrap();
+    w.finish_write(Lsn(0x38));
+    drop(w);
+    tl.freeze_and_flush().await.unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 3);
+    let md = read_manifest(&path);
+    assert_eq!((md.layers.len(), md.disk_consistent_lsn), (3, Lsn(0x38)));
+    assert_eq!(md.lsn_by_time.samples().last().unwrap().1, Lsn(0x38));
+    assert_eq!(
+        tl.lsn_at_or_before(std::time::SystemTime::now() + Duration::from_secs(2)),
+        Some(Lsn(0x38))
+    );
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn reads_and_leases_below_the_gc_cutoff_are_refused_after_restart_too() {
+    use super::super::PageReconstructError;
+    use super::{LeaseError, LsnNotReadable};
+    let (dir, t, tl_id, paths) = two_layers().await;
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let tl = mgr.get_timeline(t, tl_id).unwrap();
+    let now = std::time::SystemTime::now();
+    assert_eq!(tl.gc_cutoff(), Lsn(0));
+    assert_eq!(tl.set_gc_cutoff(Lsn(0x20), now).await, Lsn(0x20));
+    assert_eq!(tl.set_gc_cutoff(Lsn(0x18), now).await, Lsn(0x20), "never lowered");
+    let err = tl.check_lsn_readable(Lsn(0x1f)).unwrap_err();
+    assert!(matches!(err, LsnNotReadable::GarbageCollected { gc_cutoff: Lsn(0x20), .. }), "{err}");
+    assert!(err.to_string().contains("GC cutoff 0/20"), "{err}");
+    tl.check_lsn_readable(Lsn(0x20)).unwrap();
+    let err = tl.get(Key::MIN, Lsn(0x1f)).await.unwrap_err();
+    assert!(matches!(err, PageReconstructError::GarbageCollected { .. }), "{err}");
+    assert_eq!(&tl.get(Key::MIN, Lsn(0x20)).await.unwrap()[..], b"old");
+    let err = tl.lease_lsn(Lsn(0x1f)).await.unwrap_err();
+    assert!(matches!(err, LeaseError::BelowHistory { floor: Lsn(0x20), .. }), "{err}");
+    // A valid lease holds the cutoff down.
+    tl.lease_lsn(Lsn(0x24)).await.unwrap();
+    assert_eq!(tl.set_gc_cutoff(Lsn(0x30), now).await, Lsn(0x24));
+    tl.persist_manifest().await.unwrap();
+    assert_eq!(read_manifest(&metadata_path(&paths)).gc_cutoff, Lsn(0x24));
+    mgr.shutdown().await;
+
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let tl = mgr.get_timeline(t, tl_id).unwrap();
+    assert_eq!(tl.gc_cutoff(), Lsn(0x24));
+    let err = tl.get(Key::MIN, Lsn(0x23)).await.unwrap_err();
+    assert!(err.to_string().contains("GC cutoff 0/24"), "{err}");
+    assert_eq!(&tl.get(Key::MIN, Lsn(0x28)).await.unwrap()[..], b"new");
+    mgr.shutdown().await;
 }
