@@ -18,8 +18,8 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::mgr::TenantManager;
-use super::value::{Record, Value};
 use super::timeline::compaction::CompactOptions;
+use super::value::{Record, Value};
 use super::{PageReconstructError, ReadKind, StorageConf, Timeline};
 
 #[cfg(feature = "testing")]
@@ -105,7 +105,7 @@ fn check(
     if lsn < gc_cutoff {
         // History below the GC cutoff is gone: the read must say so.
         assert!(
-            matches!(got, Err(PageReconstructError::NotReadable(_))),
+            matches!(got, Err(PageReconstructError::GarbageCollected { .. })),
             "key {key} at {lsn} below the GC cutoff {gc_cutoff}: got {got:?} (SEED={seed})"
         );
         return;
@@ -121,7 +121,12 @@ fn check(
 
 /// Compaction, image creation or GC at a random point of the model: each
 /// forced or not at random; GC with a random horizon over the history.
-async fn random_maintenance(rng: &mut StdRng, tl: &Timeline, initial: Lsn, lsn: Lsn) -> Maintenance {
+async fn random_maintenance(
+    rng: &mut StdRng,
+    tl: &Timeline,
+    initial: Lsn,
+    lsn: Lsn,
+) -> Maintenance {
     if rng.gen_bool(0.6) {
         let opts = CompactOptions {
             force_l0_compaction: rng.gen_bool(0.5),
@@ -180,11 +185,12 @@ async fn randomized_model() {
     let dir = tempfile::tempdir().unwrap();
     let mut conf = StorageConf::for_tests(dir.path());
     conf.checkpoint_distance = 48 * 1024; // freeze often
-    // Compaction and GC only where the model runs them.
+                                          // Compaction and GC only where the model runs them.
     conf.compaction.compaction_threshold = rng.gen_range(2..6);
     conf.compaction.image_creation_threshold = rng.gen_range(1..4);
     conf.compaction.compaction_target_size = rng.gen_range(16..256) * 1024;
-    (conf.compaction.compaction_period, conf.compaction.gc_period) = (Duration::ZERO, Duration::ZERO);
+    (conf.compaction.compaction_period, conf.compaction.gc_period) =
+        (Duration::ZERO, Duration::ZERO);
     conf.compaction.pitr_interval = Duration::ZERO;
     let conf = Arc::new(conf);
     let mgr = TenantManager::load(conf.clone(), CancellationToken::new()).await.unwrap();
@@ -219,7 +225,7 @@ async fn randomized_model() {
 
         // Reads at random LSNs, single and vectored; one in ten may fall
         // below the GC cutoff.
-        let mut read_lsn = |rng: &mut StdRng| {
+        let read_lsn = |rng: &mut StdRng| {
             let floor = if rng.gen_bool(0.1) { initial } else { tl.gc_cutoff().max(initial) };
             Lsn(rng.gen_range(floor.0..=lsn.0))
         };
@@ -231,9 +237,8 @@ async fn randomized_model() {
         }
         if step % 10 == 0 {
             let n = rng.gen_range(1..=32);
-            let queries: Vec<(Key, Lsn)> = (0..n)
-                .map(|_| (keys[rng.gen_range(0..keys.len())], read_lsn(&mut rng)))
-                .collect();
+            let queries: Vec<(Key, Lsn)> =
+                (0..n).map(|_| (keys[rng.gen_range(0..keys.len())], read_lsn(&mut rng))).collect();
             let res = tl.get_vectored(&queries, ReadKind::HttpRequest).await.unwrap();
             for ((k, l), r) in queries.iter().zip(&res) {
                 check(&oracle, *k, *l, tl.gc_cutoff(), r, seed);

@@ -120,18 +120,16 @@ pub async fn read(
     // are read at the same time, not one query after another. Then number
     // the layers that hold planned values, each once.
     let gc_cutoff = snapshot.gc_cutoff();
-    let plans = futures::future::join_all(
-        uniq.iter().map(|q| async move {
-            if q.lsn < gc_cutoff {
-                return Err(PageReconstructError::GarbageCollected {
-                    key: q.key,
-                    lsn: q.lsn,
-                    gc_cutoff,
-                });
-            }
-            plan(snapshot, q.key, q.lsn).await
-        }),
-    )
+    let plans = futures::future::join_all(uniq.iter().map(|q| async move {
+        if q.lsn < gc_cutoff {
+            return Err(PageReconstructError::GarbageCollected {
+                key: q.key,
+                lsn: q.lsn,
+                gc_cutoff,
+            });
+        }
+        plan(snapshot, q.key, q.lsn).await
+    }))
     .await;
     let mut layers: Vec<ReadableLayer> = Vec::new();
     let mut layer_index: HashMap<usize, usize> = HashMap::new();
@@ -235,7 +233,8 @@ type WalkPlan = SmallVec<[(ReadableLayer, Lsn, BlobRef); 2]>;
 
 /// Plan one query: walk the snapshot's layers for `key` newest first,
 /// collecting its values above each layer's floor until one that
-/// initializes the page (`complete`), or the walk ends.
+/// initializes the page (`complete`), or the walk ends. The layers visited
+/// are counted (`pageserver_layers_visited_per_read`).
 async fn plan(
     snapshot: &ReadSnapshot,
     key: Key,
@@ -243,7 +242,9 @@ async fn plan(
 ) -> Result<(WalkPlan, bool), PageReconstructError> {
     let ck = key.to_compact();
     let (mut plan, mut scratch) = (WalkPlan::new(), Vec::new());
+    let mut visited = LayersVisited(0);
     for (layer, floor) in snapshot.walk(key, lsn) {
+        visited.0 += 1;
         scratch.clear();
         let done = match &layer {
             ReadableLayer::InMemory(l) => l.collect(ck, lsn, floor, &mut scratch),
@@ -259,6 +260,16 @@ async fn plan(
         }
     }
     Ok((plan, false))
+}
+
+/// Observes the layers one query visited when dropped, so every way out of
+/// `plan` (complete, walked to the end, index error) is counted.
+struct LayersVisited(usize);
+
+impl Drop for LayersVisited {
+    fn drop(&mut self) {
+        crate::metrics::compaction::LAYERS_VISITED_PER_READ.observe(self.0 as f64);
+    }
 }
 
 /// Run `reads`, in waves of as many as the limits allow; the results in

@@ -92,7 +92,8 @@ async fn setup(seed: u64, skip: Option<fn(&Path) -> bool>) -> SimEnv {
     conf.compaction.compaction_threshold = 3;
     conf.compaction.image_creation_threshold = 1;
     conf.compaction.compaction_target_size = 32 * 1024;
-    (conf.compaction.compaction_period, conf.compaction.gc_period) = (Duration::ZERO, Duration::ZERO);
+    (conf.compaction.compaction_period, conf.compaction.gc_period) =
+        (Duration::ZERO, Duration::ZERO);
     conf.compaction.pitr_interval = Duration::ZERO;
     let conf = Arc::new(conf);
     let mgr = TenantManager::load(conf.clone(), CancellationToken::new()).await.unwrap();
@@ -119,7 +120,7 @@ async fn check_all(
             let got = tl.get(key, at).await;
             let ok = match (expected(oracle, key, at), &got) {
                 _ if at < gc_cutoff => {
-                    matches!(got, Err(super::super::PageReconstructError::NotReadable(_)))
+                    matches!(got, Err(super::super::PageReconstructError::GarbageCollected { .. }))
                 }
                 (Some(want), Ok(b)) => b[..] == want[..],
                 (None, Err(super::super::PageReconstructError::MissingKey { .. })) => true,

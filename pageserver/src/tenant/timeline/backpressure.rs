@@ -29,7 +29,7 @@ impl Timeline {
         if c.compaction_period.is_zero() {
             return;
         }
-        let l0 = self.layers.read().unwrap().l0_layers().len();
+        let l0 = self.layers.read().unwrap().historic().l0_count();
         if l0 >= c.l0_flush_stall_threshold {
             self.compaction_wakeup.notify_one();
             let started = Instant::now();
@@ -37,7 +37,7 @@ impl Timeline {
                 let changed = self.l0_count_changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                if self.layers.read().unwrap().l0_layers().len() < c.l0_flush_stall_threshold {
+                if self.layers.read().unwrap().historic().l0_count() < c.l0_flush_stall_threshold {
                     break;
                 }
                 tokio::select! {
@@ -60,7 +60,7 @@ impl Timeline {
 
     /// Called after each L0 flush: wake compaction once it is due.
     pub(super) fn after_l0_flush(&self) {
-        let l0 = self.layers.read().unwrap().l0_layers().len();
+        let l0 = self.layers.read().unwrap().historic().l0_count();
         if l0 >= self.conf.compaction.compaction_threshold {
             self.compaction_wakeup.notify_one();
         }

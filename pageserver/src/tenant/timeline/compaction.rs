@@ -7,7 +7,9 @@
 //! outputs: nothing is decoded or re-encoded. An output ends once it holds
 //! `compaction_target_size` bytes of values (or `MAX_L1_INDEX_BYTES` of
 //! index), always at a key boundary, so all of a key's history in the run
-//! is in one L1.
+//! is in one L1. The L1s of a run tile the key space (`Key::MIN` to
+//! `Key::MAX`), so their names never equal an L0's (whose range is its
+//! keys'), and their boundaries partition the key space for images.
 //!
 //! Crash safety (the order is the contract; failpoints mark each step):
 //! 1. write the L1 files (temp, fsync, rename; unlisted until step 3, so a
@@ -104,7 +106,8 @@ impl Timeline {
     pub async fn compact(&self, opts: CompactOptions) -> anyhow::Result<CompactionReport> {
         let _maintenance = self.maintenance.lock().await;
         let mut report = CompactionReport::default();
-        let l0s = self.layers.read().unwrap().l0_layers().to_vec();
+        let l0s: Vec<Arc<LayerFile>> =
+            self.layers.read().unwrap().historic().l0_layers().cloned().collect();
         let due = l0s.len() >= self.conf.compaction.compaction_threshold;
         if due || (opts.force_l0_compaction && !l0s.is_empty()) {
             let started = Instant::now();
@@ -176,14 +179,16 @@ impl Timeline {
         let mut inputs = Vec::with_capacity(l0s.len());
         let mut heap = BinaryHeap::with_capacity(l0s.len());
         for (i, layer) in l0s.iter().enumerate() {
-            let mut input =
-                Input { layer, cursor: layer.entry_cursor(), pending: VecDeque::new() };
+            let mut input = Input { layer, cursor: layer.entry_cursor(), pending: VecDeque::new() };
             input.refill().await?;
             heap.extend(input.head(i));
             inputs.push(input);
         }
         let mut writer: Option<LayerWriter> = None;
         let mut prev_key: Option<CompactKey> = None;
+        // The L1s tile the whole key space: the first starts at Key::MIN,
+        // each next one where the previous ends, the last ends at Key::MAX.
+        let mut range_start = Key::MIN;
         let mut batch: Vec<Merged> = Vec::with_capacity(BATCH_ENTRIES);
         loop {
             batch.clear();
@@ -205,18 +210,21 @@ impl Timeline {
                 let boundary = prev_key.is_some_and(|p| p != m.key);
                 if boundary && writer.as_ref().is_some_and(|w| self.l1_is_full(w)) {
                     let w = writer.take().expect("checked");
-                    written.push(Arc::new(w.finish(Key::from_compact(m.key)).await?));
+                    let end = Key::from_compact(m.key);
+                    written.push(Arc::new(w.finish_with_key_range(range_start..end).await?));
+                    range_start = end;
                 }
                 if writer.is_none() {
-                    writer = Some(self.new_layer_writer(LayerKind::Delta, lsn_range.clone()).await?);
+                    writer =
+                        Some(self.new_layer_writer(LayerKind::Delta, lsn_range.clone()).await?);
                 }
                 let w = writer.as_mut().expect("just created");
                 w.put_raw(m.key, m.lsn, &raw, m.blob.will_init()).await?;
                 prev_key = Some(m.key);
             }
         }
-        if let (Some(w), Some(last)) = (writer, prev_key) {
-            written.push(Arc::new(w.finish(Key::from_compact(last).next()).await?));
+        if let Some(w) = writer {
+            written.push(Arc::new(w.finish_with_key_range(range_start..Key::MAX).await?));
         }
         Ok(())
     }
@@ -285,7 +293,8 @@ impl Timeline {
 /// The serialized values of a batch, in batch order: each input's share
 /// read as one coalesced batch, all inputs at once.
 async fn read_batch_values(inputs: &[Input<'_>], batch: &[Merged]) -> anyhow::Result<Vec<Bytes>> {
-    let mut per_input: Vec<(Vec<usize>, Vec<BlobRef>)> = vec![(Vec::new(), Vec::new()); inputs.len()];
+    let mut per_input: Vec<(Vec<usize>, Vec<BlobRef>)> =
+        vec![(Vec::new(), Vec::new()); inputs.len()];
     for (pos, m) in batch.iter().enumerate() {
         per_input[m.input].0.push(pos);
         per_input[m.input].1.push(m.blob);

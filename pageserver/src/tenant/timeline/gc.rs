@@ -17,11 +17,11 @@
 //! one write), then delete the files; a crash before the manifest keeps
 //! everything, a crash after it leaves unlisted files start-up removes.
 //!
-//! Leases: the cutoff is computed and raised under `lease_write`, the lock
-//! a lease renewal holds while it checks the cutoff and persists, so a lease
-//! is either seen by GC or refused as below the new cutoff.
+//! Leases: the cutoff is raised by `Timeline::set_gc_cutoff`, under
+//! `lease_write`, the lock a lease renewal holds while it checks the cutoff
+//! and persists, so a lease is either seen by GC or refused as below the
+//! new cutoff.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -42,25 +42,16 @@ pub struct GcReport {
 }
 
 impl Timeline {
-    /// The latest GC cutoff: reads below it are refused.
-    pub fn gc_cutoff(&self) -> Lsn {
-        Lsn(self.gc_cutoff.load(Ordering::Acquire))
-    }
-
     /// The cutoff the retention settings allow at `now` (see the module
-    /// comment), not yet raised.
-    /// `gc_horizon` overrides the configured one.
+    /// comment) before leases hold it back; `gc_horizon` overrides the
+    /// configured one.
     pub fn gc_cutoff_at(&self, now: SystemTime, gc_horizon: Option<u64>) -> Lsn {
         let c = &self.conf.compaction;
         let last = self.get_last_record_lsn();
         let mut cutoff = Lsn(last.0.saturating_sub(gc_horizon.unwrap_or(c.gc_horizon)));
         if !c.pitr_interval.is_zero() {
             let then = now.checked_sub(c.pitr_interval).unwrap_or(SystemTime::UNIX_EPOCH);
-            let pitr = self.lsn_by_time.lock().unwrap().lsn_at_or_before(then).unwrap_or(Lsn(0));
-            cutoff = cutoff.min(pitr);
-        }
-        if let Some(lease) = self.min_valid_lease_lsn(now) {
-            cutoff = cutoff.min(lease);
+            cutoff = cutoff.min(self.lsn_at_or_before(then).unwrap_or(Lsn(0)));
         }
         // Never above what is on disk: a crash would otherwise restart with
         // a cutoff above `last_record_lsn`.
@@ -72,15 +63,11 @@ impl Timeline {
     pub async fn gc(&self, gc_horizon: Option<u64>) -> anyhow::Result<GcReport> {
         let _maintenance = self.maintenance.lock().await;
         let started = Instant::now();
-        let cutoff = {
-            let _leases = self.lease_write.lock().await;
-            let cutoff = self.gc_cutoff_at(SystemTime::now(), gc_horizon);
-            self.gc_cutoff.fetch_max(cutoff.0, Ordering::AcqRel);
-            cutoff
-        };
+        let now = SystemTime::now();
+        let cutoff = self.set_gc_cutoff(self.gc_cutoff_at(now, gc_horizon), now).await;
         let removed = {
             let mut lm = self.layers.write().unwrap();
-            let candidates = lm.gc_candidates(cutoff);
+            let candidates = lm.historic().gc_candidates(cutoff);
             lm.remove(&candidates);
             candidates
         };

@@ -30,7 +30,7 @@ use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
 
 use super::super::storage_layer::layer_file::LayerFile;
-use super::super::storage_layer::LayerKind;
+use super::super::storage_layer::{LayerKind, LayerLevel};
 use super::super::value::Value;
 use super::super::{PageReconstructError, ReadKind};
 use super::Timeline;
@@ -47,10 +47,9 @@ impl Timeline {
             match self.write_image_layer(range.clone(), image_lsn).await {
                 Ok(Some(layer)) => written.push(Arc::new(layer)),
                 Ok(None) => {}
-                Err(e) => warn!(
-                    "no image layer for {}..{} at {image_lsn}: {e:#}",
-                    range.start, range.end
-                ),
+                Err(e) => {
+                    warn!("no image layer for {}..{} at {image_lsn}: {e:#}", range.start, range.end)
+                }
             }
         }
         if written.is_empty() {
@@ -70,25 +69,43 @@ impl Timeline {
     /// The image LSN (the newest L1 stratum's last LSN) and the key ranges
     /// that need an image there, if any.
     fn image_candidates(&self, force: bool) -> Option<(Lsn, Vec<Range<Key>>)> {
-        let lm = self.layers.read().unwrap();
-        let stratum = lm.newest_l1_stratum()?;
-        let image_lsn = Lsn(stratum.lsn_range.end.0 - 1);
-        let starts = stratum.layers.iter().skip(1).map(|l| l.name.key_range.start);
+        let historic = self.layers.read().unwrap().historic().clone();
+        let newest_l1 = historic
+            .strata()
+            .rev()
+            .find(|s| s.level() == LayerLevel::L1 && !s.layers().is_empty())?;
+        let image_lsn = Lsn(newest_l1.lsn_range().end.0 - 1);
+        let starts = newest_l1.layers().iter().skip(1).map(|l| l.name.key_range.start);
         let bounds: Vec<Key> =
             std::iter::once(Key::MIN).chain(starts).chain(std::iter::once(Key::MAX)).collect();
         let threshold = self.conf.compaction.image_creation_threshold;
         let ranges = bounds
             .windows(2)
             .map(|w| w[0]..w[1])
-            .filter(|r| !lm.has_image_at(r, image_lsn))
-            .filter(|r| force || lm.l1_strata_above_image(r, image_lsn) > threshold)
+            .filter(|r| {
+                let above = historic.deltas_above_image(r);
+                if above.image_lsn.is_some_and(|i| i >= image_lsn) {
+                    return false; // every key already has an image here
+                }
+                let deep = above
+                    .strata
+                    .iter()
+                    .filter(|s| s.level == LayerLevel::L1 && s.lsn_range.end <= image_lsn + 1)
+                    .filter(|s| s.overlapping_layers > 0)
+                    .count();
+                force || deep > threshold
+            })
             .collect::<Vec<_>>();
         (!ranges.is_empty()).then_some((image_lsn, ranges))
     }
 
     /// One image layer of `range` at `lsn`; `None` when no key of the range
     /// exists there.
-    async fn write_image_layer(&self, range: Range<Key>, lsn: Lsn) -> anyhow::Result<Option<LayerFile>> {
+    async fn write_image_layer(
+        &self,
+        range: Range<Key>,
+        lsn: Lsn,
+    ) -> anyhow::Result<Option<LayerFile>> {
         let keys = self.keys_in_range(&range, lsn).await?;
         if keys.is_empty() {
             return Ok(None);
@@ -96,7 +113,8 @@ impl Timeline {
         let mut writer = self.new_layer_writer(LayerKind::Image, lsn..lsn + 1).await?;
         let max_keys = self.conf.max_get_vectored_keys;
         for chunk in keys.chunks(max_keys) {
-            let queries: Vec<(Key, Lsn)> = chunk.iter().map(|&k| (Key::from_compact(k), lsn)).collect();
+            let queries: Vec<(Key, Lsn)> =
+                chunk.iter().map(|&k| (Key::from_compact(k), lsn)).collect();
             let pages = self.get_vectored(&queries, ReadKind::Compaction).await?;
             for (&key, page) in chunk.iter().zip(pages) {
                 match page {
@@ -120,13 +138,24 @@ impl Timeline {
 
     /// The keys of `range` that a layer at or below `lsn` holds, sorted.
     async fn keys_in_range(&self, range: &Range<Key>, lsn: Lsn) -> anyhow::Result<Vec<CompactKey>> {
-        let layers = self.layers.read().unwrap().historic_overlapping(range, lsn);
+        let historic = self.layers.read().unwrap().historic().clone();
+        let deltas = historic
+            .strata()
+            .filter(|s| s.lsn_range().start <= lsn)
+            .flat_map(|s| s.overlapping(range).iter().cloned());
+        let images = historic
+            .images()
+            .filter(|(at, _)| *at <= lsn)
+            .flat_map(|(_, ls)| ls.iter().cloned())
+            .filter(|l| l.name.key_range.start < range.end && range.start < l.name.key_range.end);
+        let layers: Vec<Arc<LayerFile>> = deltas.chain(images).collect();
         let (start, end) = (range.start.to_compact(), range.end.to_compact());
         let mut keys = BTreeSet::new();
         for layer in layers {
             let mut cursor = layer.entry_cursor();
             while let Some(entries) = cursor.next_leaf().await? {
-                let in_range = entries.iter().filter(|(k, l, _)| *k >= start && *k < end && *l <= lsn);
+                let in_range =
+                    entries.iter().filter(|(k, l, _)| *k >= start && *k < end && *l <= lsn);
                 keys.extend(in_range.map(|(k, _, _)| *k));
                 if entries.last().is_some_and(|(k, _, _)| *k >= end) {
                     break;
