@@ -2,11 +2,13 @@
 //! per layer into aligned chunks, issue them together, then reconstruct.
 //!
 //! Planning uses only the indexes (which carry `will_init`), so no value is
-//! read before the plan is complete. The queries of a get are planned
-//! concurrently: a layer file's index blocks come from the block cache or
-//! its file (`storage_layer/block_cache.rs`), and the misses of all queries
-//! are in flight together. A query whose index read fails gets that error
-//! (naming the layer); the others go on. Per layer, each needed value becomes a
+//! read before the plan is complete. A layer file's index blocks come from
+//! the block cache or its file (`storage_layer/block_cache.rs`). Each query
+//! is first planned from memory only (in-memory layers, cached blocks),
+//! which never waits; the queries that need a block from disk are then
+//! planned again, all concurrently, so their block reads are in flight
+//! together. A query whose index read fails gets that error (naming the
+//! layer); the others go on. Per layer, each needed value becomes a
 //! range aligned to the layer's read alignment (512 bytes through the page
 //! cache, 4 KiB under direct IO); ranges are sorted and merged when they
 //! overlap or touch, up to `MAX_CHUNK` bytes, so a chunk shared by several
@@ -25,6 +27,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use io_engine::{AlignedBuf, IoEngine, ReadAt};
 use pageserver_api::key::Key;
 use smallvec::SmallVec;
@@ -109,14 +112,21 @@ pub async fn read(
         slot_of.push(slot);
     }
 
-    // Plan all queries concurrently, so index blocks missing from the cache
-    // are read at the same time, not one query after another.
-    let plans = futures::future::join_all(uniq.iter().map(|q| plan(layers, q.key, q.lsn))).await;
-    for (q, p) in uniq.iter_mut().zip(plans) {
-        match p {
-            Ok((plan, complete)) => (q.plan, q.complete) = (plan, complete),
-            Err(e) => q.error = Some(e),
+    // Plan from memory first (in-memory layers, cached index blocks): no
+    // future per query on the common path. Queries that need an index block
+    // from disk are then planned again, all concurrently, so their reads
+    // overlap instead of running one after another.
+    let mut need_reads = Vec::new();
+    for (i, q) in uniq.iter_mut().enumerate() {
+        let planned = plan(layers, q.key, q.lsn, true).now_or_never();
+        match planned.expect("planning from memory never waits") {
+            Some(p) => q.set_plan(p),
+            None => need_reads.push(i),
         }
+    }
+    let plans = need_reads.iter().map(|&i| plan(layers, uniq[i].key, uniq[i].lsn, false));
+    for (i, p) in need_reads.iter().zip(futures::future::join_all(plans).await) {
+        uniq[*i].set_plan(p.expect("planning with reads always finishes"));
     }
 
     // Coalesce per layer, then issue all chunk reads together.
@@ -195,13 +205,26 @@ pub async fn read(
     (slot_of.into_iter().map(|s| results[s].clone()).collect(), stats)
 }
 
+impl Query {
+    fn set_plan(&mut self, planned: Result<(Plan, bool), PageReconstructError>) {
+        match planned {
+            Ok((plan, complete)) => (self.plan, self.complete) = (plan, complete),
+            Err(e) => self.error = Some(e),
+        }
+    }
+}
+
 /// Plan one query: walk `layers` newest first, collecting the key's values
 /// until one that initializes the page (`complete`), or the layers end.
+/// With `cached_only`, a layer file's index blocks come from the block
+/// cache only: then this never waits, and is `None` when a block is
+/// missing.
 async fn plan(
     layers: &[ReadableLayer],
     key: Key,
     lsn: Lsn,
-) -> Result<(Plan, bool), PageReconstructError> {
+    cached_only: bool,
+) -> Option<Result<(Plan, bool), PageReconstructError>> {
     let ck = key.to_compact();
     let (mut plan, mut scratch) = (Plan::new(), Vec::new());
     for (li, layer) in layers.iter().enumerate() {
@@ -212,19 +235,25 @@ async fn plan(
         // No floor yet: every layer below the key's newest is consulted
         // until a will_init value is found.
         let done = match layer {
-            ReadableLayer::InMemory(l) => l.collect(ck, lsn, Lsn(0), &mut scratch),
-            ReadableLayer::Delta(l) => {
-                l.collect(ck, lsn, Lsn(0), &mut scratch).await.map_err(|source| {
-                    PageReconstructError::LayerIndex { layer: layer.describe(), source }
-                })?
+            ReadableLayer::InMemory(l) => Ok(l.collect(ck, lsn, Lsn(0), &mut scratch)),
+            ReadableLayer::Delta(l) if cached_only => {
+                l.collect_cached(ck, lsn, Lsn(0), &mut scratch)?
+            }
+            ReadableLayer::Delta(l) => l.collect(ck, lsn, Lsn(0), &mut scratch).await,
+        };
+        let done = match done {
+            Ok(done) => done,
+            Err(source) => {
+                let layer = layer.describe();
+                return Some(Err(PageReconstructError::LayerIndex { layer, source }));
             }
         };
         plan.extend(scratch.iter().map(|&(lsn, b)| (li, lsn, b)));
         if done {
-            return Ok((plan, true));
+            return Some(Ok((plan, true)));
         }
     }
-    Ok((plan, false))
+    Some(Ok((plan, false)))
 }
 
 /// Run `reads`, in waves of as many as the limits allow; the results in
