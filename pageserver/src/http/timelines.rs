@@ -23,7 +23,7 @@ use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
 use crate::import::ImportError;
 use crate::tenant::timeline::wal_source::WalSource;
-use crate::tenant::timeline::LeaseError;
+use crate::tenant::timeline::{LeaseError, LsnNotReadable};
 use crate::tenant::{ReadKind, TenantError, Timeline};
 use crate::walreceiver::bootstrap;
 
@@ -111,7 +111,7 @@ fn broken_timeline_info(
 /// 400 unless the history at `lsn` is kept (not below the start or the GC
 /// cutoff, named in the message) and `lsn <= last_record_lsn`.
 pub fn check_read_lsn(tl: &Timeline, lsn: Lsn) -> Result<(), ApiError> {
-    if let Err(e) = tl.check_lsn_readable(lsn) {
+    if let Err(e @ LsnNotReadable::GarbageCollected { .. }) = tl.check_lsn_readable(lsn) {
         return Err(ApiError::BadRequest(format!(
             "{e} (timeline {}/{})",
             tl.tenant_id, tl.timeline_id
