@@ -53,7 +53,7 @@ class History:
             self.lsn += 0x100
             first = not any(self.versions.values())
             chosen = self.keys if first else self.rng.sample(self.keys, keys_per_round)
-            images = {k: os.urandom(8) + self.lsn.to_bytes(8, "little") + k.encode() for k in chosen}
+            images = {k: os.urandom(2000) + self.lsn.to_bytes(8, "little") + k.encode() for k in chosen}
             self.http.testing_ingest(self.tenant, self.timeline, lsn_str(self.lsn), images)
             for k, v in images.items():
                 self.versions[k].append((self.lsn, v))
