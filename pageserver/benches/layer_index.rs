@@ -1,7 +1,8 @@
 //! `LayerFile::collect` of 32 keys (a GetPage batch's planning in one
 //! layer): a format version 3 layer (on-disk B-tree, blocks in the warm
 //! block cache) against the same layer rewritten as version 2 (whole index
-//! in memory, binary search), in the same run.
+//! in memory, binary search), in the same run; and `collect_cached`, the
+//! memory-only walk the read path tries first.
 //!
 //! Needs the `testing` feature (`LayerFile::write_legacy_copy`):
 //! `cargo bench -p pageserver --features testing --bench layer_index`.
@@ -80,6 +81,18 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    // What the read path does first: the walk from cached blocks only.
+    let (mut at, mut out) = (0, Vec::new());
+    g.bench_function("v3_warm_cache_32_keys_collect_cached", |b| {
+        b.iter(|| {
+            at = (at + 32) % picks.len();
+            for &k in &picks[at..at + 32] {
+                out.clear();
+                let done = v3.collect_cached(k, Lsn(0x3f), Lsn(0), &mut out);
+                assert!(done.expect("cached").unwrap() && out.len() == 2);
+            }
+        })
+    });
     g.finish();
 }
 

@@ -172,6 +172,19 @@ pub struct TimelineInfo {
     pub in_memory_bytes: u64,
     pub l0_layers: u64,
     pub l0_bytes: u64,
+    /// L1 delta layers (from compaction) and image layers.
+    #[serde(default)]
+    pub l1_layers: u64,
+    #[serde(default)]
+    pub l1_bytes: u64,
+    #[serde(default)]
+    pub image_layers: u64,
+    #[serde(default)]
+    pub image_bytes: u64,
+    /// Reads below this LSN are refused (GC may have removed their
+    /// history); 0/0 until GC first runs.
+    #[serde(default)]
+    pub gc_cutoff: Lsn,
     /// LSN leases valid now, by LSN.
     #[serde(default)]
     pub lsn_leases: Vec<LsnLeaseInfo>,

@@ -20,6 +20,7 @@ mod backup;
 mod error;
 mod extract;
 mod io_engine;
+mod maintenance;
 mod server;
 mod tenants;
 #[cfg(feature = "testing")]
@@ -82,6 +83,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/source"),
     ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/lsn_lease"),
+    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/compact"),
+    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/do_gc"),
     #[cfg(feature = "testing")]
     ("PUT", "/v1/failpoints"),
     #[cfg(feature = "testing")]
@@ -134,7 +137,9 @@ pub fn router(state: HttpState) -> Router {
             axum::routing::put(timelines::checkpoint).post(timelines::checkpoint),
         )
         .route(&format!("{TL}/source"), axum::routing::put(timelines::set_source))
-        .route(&format!("{TL}/lsn_lease"), post(timelines::lsn_lease));
+        .route(&format!("{TL}/lsn_lease"), post(timelines::lsn_lease))
+        .route(&format!("{TL}/compact"), axum::routing::put(maintenance::compact))
+        .route(&format!("{TL}/do_gc"), axum::routing::put(maintenance::do_gc));
     // The router-wide limit is set first (outermost); the testing routes'
     // own layer runs later and overrides it for them.
     let r = r.layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES));
@@ -208,6 +213,7 @@ async fn status() -> Json<StatusResponse> {
 async fn prometheus_metrics(State(state): State<HttpState>) -> Result<Response, ApiError> {
     crate::walreceiver::refresh_metrics(&state.tenants);
     crate::metrics::storage::refresh_lease_count(&state.tenants);
+    crate::metrics::compaction::refresh_layer_counts(&state.tenants);
     let in_flight = state.tenants.conf().io_engine.in_flight_ops();
     crate::metrics::storage::IO_ENGINE_IN_FLIGHT_OPS.set(in_flight as i64);
     let text = metrics::encode_text().map_err(ApiError::Internal)?;

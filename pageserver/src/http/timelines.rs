@@ -23,7 +23,7 @@ use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
 use crate::import::ImportError;
 use crate::tenant::timeline::wal_source::WalSource;
-use crate::tenant::timeline::LeaseError;
+use crate::tenant::timeline::{LeaseError, LsnNotReadable};
 use crate::tenant::{ReadKind, TenantError, Timeline};
 use crate::walreceiver::bootstrap;
 
@@ -45,6 +45,11 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         in_memory_bytes: stats.in_memory_bytes,
         l0_layers: stats.l0_layers as u64,
         l0_bytes: stats.l0_bytes,
+        l1_layers: stats.l1_layers as u64,
+        l1_bytes: stats.l1_bytes,
+        image_layers: stats.image_layers as u64,
+        image_bytes: stats.image_bytes,
+        gc_cutoff: tl.gc_cutoff(),
         lsn_leases: tl
             .valid_leases(std::time::SystemTime::now())
             .into_iter()
@@ -94,12 +99,24 @@ fn broken_timeline_info(
         in_memory_bytes: 0,
         l0_layers: 0,
         l0_bytes: 0,
+        l1_layers: 0,
+        l1_bytes: 0,
+        image_layers: 0,
+        image_bytes: 0,
+        gc_cutoff: Lsn(0),
         lsn_leases: Vec::new(),
     }
 }
 
-/// 400 unless `initial_lsn <= lsn <= last_record_lsn`.
+/// 400 unless the history at `lsn` is kept (not below the start or the GC
+/// cutoff, named in the message) and `lsn <= last_record_lsn`.
 pub fn check_read_lsn(tl: &Timeline, lsn: Lsn) -> Result<(), ApiError> {
+    if let Err(e @ LsnNotReadable::GarbageCollected { .. }) = tl.check_lsn_readable(lsn) {
+        return Err(ApiError::BadRequest(format!(
+            "{e} (timeline {}/{})",
+            tl.tenant_id, tl.timeline_id
+        )));
+    }
     let (initial, last) = (tl.min_readable_lsn(), tl.get_last_record_lsn());
     if lsn < initial || lsn > last {
         return Err(ApiError::BadRequest(format!(

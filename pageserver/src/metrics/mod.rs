@@ -11,6 +11,7 @@
 //!   label values it knows), and `register_all()` runs them all at start-up so
 //!   `/metrics` lists every metric from the first scrape.
 
+pub mod compaction;
 pub mod http;
 pub mod page_service;
 pub mod process;
@@ -46,6 +47,7 @@ pub fn register_all(http_routes: &[(&str, &str)], read_kinds: &[&str]) {
     http::register(http_routes);
     page_service::register();
     storage::register(read_kinds);
+    compaction::register();
     walreceiver::register();
 }
 

@@ -216,13 +216,15 @@ pub enum ReadKind {
     Ingest,
     /// The management API.
     HttpRequest,
+    /// Image layer creation (reads at the image LSN).
+    Compaction,
 }
 
 impl ReadKind {
     /// Label values indexed by `ReadKind as usize`; start-up registers them
     /// (`metrics::register_all`).
-    pub const LABELS: [&'static str; 3] =
-        ["PageRequestHandler", "WalReceiverOrImport", "MgmtRequest"];
+    pub const LABELS: [&'static str; 4] =
+        ["PageRequestHandler", "WalReceiverOrImport", "MgmtRequest", "Compaction"];
 
     pub fn label(self) -> &'static str {
         Self::LABELS[self as usize]

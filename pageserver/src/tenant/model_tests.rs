@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use pageserver_api::key::Key;
@@ -17,6 +18,7 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::mgr::TenantManager;
+use super::timeline::compaction::CompactOptions;
 use super::value::{Record, Value};
 use super::{PageReconstructError, ReadKind, StorageConf, Timeline};
 
@@ -96,9 +98,18 @@ fn check(
     oracle: &Oracle,
     key: Key,
     lsn: Lsn,
+    gc_cutoff: Lsn,
     got: &Result<Bytes, PageReconstructError>,
     seed: u64,
 ) {
+    if lsn < gc_cutoff {
+        // History below the GC cutoff is gone: the read must say so.
+        assert!(
+            matches!(got, Err(PageReconstructError::GarbageCollected { .. })),
+            "key {key} at {lsn} below the GC cutoff {gc_cutoff}: got {got:?} (SEED={seed})"
+        );
+        return;
+    }
     match (expected(oracle, key, lsn), got) {
         (Some(want), Ok(got)) => {
             assert_eq!(&got[..], &want[..], "key {key} at {lsn} (SEED={seed})")
@@ -106,6 +117,35 @@ fn check(
         (None, Err(PageReconstructError::MissingKey { .. })) => {}
         (want, got) => panic!("key {key} at {lsn}: expected {want:?}, got {got:?} (SEED={seed})"),
     }
+}
+
+/// Compaction, image creation or GC at a random point of the model: each
+/// forced or not at random; GC with a random horizon over the history.
+async fn random_maintenance(
+    rng: &mut StdRng,
+    tl: &Timeline,
+    initial: Lsn,
+    lsn: Lsn,
+) -> Maintenance {
+    if rng.gen_bool(0.6) {
+        let opts = CompactOptions {
+            force_l0_compaction: rng.gen_bool(0.5),
+            force_image_layer_creation: rng.gen_bool(0.3),
+        };
+        tl.compact(opts).await.unwrap();
+        Maintenance::Compaction
+    } else {
+        let horizon = rng.gen_range(0..=(lsn.0 - initial.0));
+        let report = tl.gc(Some(horizon)).await.unwrap();
+        assert!(report.gc_cutoff <= lsn, "cutoff {} above the last LSN {lsn}", report.gc_cutoff);
+        assert_eq!(report.gc_cutoff, tl.gc_cutoff());
+        Maintenance::Gc(report.layers_removed)
+    }
+}
+
+enum Maintenance {
+    Compaction,
+    Gc(usize),
 }
 
 struct Env {
@@ -145,6 +185,13 @@ async fn randomized_model() {
     let dir = tempfile::tempdir().unwrap();
     let mut conf = StorageConf::for_tests(dir.path());
     conf.checkpoint_distance = 48 * 1024; // freeze often
+                                          // Compaction and GC only where the model runs them.
+    conf.compaction.compaction_threshold = rng.gen_range(2..6);
+    conf.compaction.image_creation_threshold = rng.gen_range(1..4);
+    conf.compaction.compaction_target_size = rng.gen_range(16..256) * 1024;
+    (conf.compaction.compaction_period, conf.compaction.gc_period) =
+        (Duration::ZERO, Duration::ZERO);
+    conf.compaction.pitr_interval = Duration::ZERO;
     let conf = Arc::new(conf);
     let mgr = TenantManager::load(conf.clone(), CancellationToken::new()).await.unwrap();
     let (tenant_id, timeline_id) = (TenantId::generate(), TimelineId::generate());
@@ -160,6 +207,7 @@ async fn randomized_model() {
     let mut lsn = initial;
     let mut reads = 0usize;
     let (mut flushes, mut restarts, mut crashes) = (0, 0, 0);
+    let (mut compactions, mut gcs, mut gc_removed) = (0, 0, 0);
 
     for step in 0..1500 {
         // One "WAL record": a few values at a new LSN.
@@ -175,23 +223,25 @@ async fn randomized_model() {
             oracle.entry(k).or_default().push((l, v));
         }
 
-        // Reads at random LSNs, single and vectored.
+        // Reads at random LSNs, single and vectored; one in ten may fall
+        // below the GC cutoff.
+        let read_lsn = |rng: &mut StdRng| {
+            let floor = if rng.gen_bool(0.1) { initial } else { tl.gc_cutoff().max(initial) };
+            Lsn(rng.gen_range(floor.0..=lsn.0))
+        };
         for _ in 0..2 {
             let key = keys[rng.gen_range(0..keys.len())];
-            let at = Lsn(rng.gen_range(initial.0..=lsn.0));
-            check(&oracle, key, at, &tl.get(key, at).await, seed);
+            let at = read_lsn(&mut rng);
+            check(&oracle, key, at, tl.gc_cutoff(), &tl.get(key, at).await, seed);
             reads += 1;
         }
         if step % 10 == 0 {
             let n = rng.gen_range(1..=32);
-            let queries: Vec<(Key, Lsn)> = (0..n)
-                .map(|_| {
-                    (keys[rng.gen_range(0..keys.len())], Lsn(rng.gen_range(initial.0..=lsn.0)))
-                })
-                .collect();
+            let queries: Vec<(Key, Lsn)> =
+                (0..n).map(|_| (keys[rng.gen_range(0..keys.len())], read_lsn(&mut rng))).collect();
             let res = tl.get_vectored(&queries, ReadKind::HttpRequest).await.unwrap();
             for ((k, l), r) in queries.iter().zip(&res) {
-                check(&oracle, *k, *l, r, seed);
+                check(&oracle, *k, *l, tl.gc_cutoff(), r, seed);
             }
             reads += n;
         }
@@ -212,6 +262,10 @@ async fn randomized_model() {
                 );
                 restarts += 1;
             }
+            5..=7 => match random_maintenance(&mut rng, &tl, initial, lsn).await {
+                Maintenance::Compaction => compactions += 1,
+                Maintenance::Gc(removed) => (gcs, gc_removed) = (gcs + 1, gc_removed + removed),
+            },
             4 => {
                 drop(tl);
                 env.restart(false).await;
@@ -230,15 +284,16 @@ async fn randomized_model() {
     // A final full check at the last LSN.
     let tl = env.timeline();
     for &key in &keys {
-        check(&oracle, key, lsn, &tl.get(key, lsn).await, seed);
+        check(&oracle, key, lsn, tl.gc_cutoff(), &tl.get(key, lsn).await, seed);
         reads += 1;
     }
     println!(
-        "reads={reads} flushes={flushes} restarts={restarts} crashes={crashes} layers={:?}",
+        "reads={reads} flushes={flushes} restarts={restarts} crashes={crashes} \
+         compactions={compactions} gcs={gcs} gc_removed={gc_removed} layers={:?}",
         tl.layer_stats()
     );
     assert!(reads >= 1000);
-    assert!(tl.layer_stats().l0_layers > 0);
+    assert!(compactions > 0 && gcs > 0, "the model ran no compaction or GC");
 }
 
 #[tokio::test]

@@ -5,11 +5,14 @@
 //! only the layers that may hold its values above its newest image, newest
 //! first, each with a floor below which its entries are superseded, until
 //! a value that initializes the page. It uses only the indexes (which carry
-//! `will_init`), so no value is read before the plan is complete. The
-//! queries of a get are planned concurrently: a layer file's index blocks
-//! come from the block cache or its file (`storage_layer/block_cache.rs`),
-//! and the misses of all queries are in flight together. A query whose
-//! index read fails gets that error (naming the layer); the others go on.
+//! `will_init`), so no value is read before the plan is complete. A layer
+//! file's index blocks come from the block cache or its file
+//! (`storage_layer/block_cache.rs`). Each query is first planned from
+//! memory only (in-memory layers, cached blocks), which never waits; the
+//! queries that need a block from disk are then planned again, all
+//! concurrently, so their block reads are in flight together. A query
+//! whose index read fails gets that error (naming the layer); the others
+//! go on.
 //! A query below the snapshot's GC cutoff is refused: its history may be
 //! gone. Per layer, each needed value becomes a
 //! range aligned to the layer's read alignment (512 bytes through the page
@@ -31,6 +34,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use io_engine::{AlignedBuf, IoEngine, ReadAt};
 use pageserver_api::key::Key;
 use smallvec::SmallVec;
@@ -116,23 +120,32 @@ pub async fn read(
         slot_of.push(slot);
     }
 
-    // Plan all queries concurrently, so index blocks missing from the cache
-    // are read at the same time, not one query after another. Then number
-    // the layers that hold planned values, each once.
+    // Plan from memory first (in-memory layers, cached index blocks): no
+    // future per query on the common path. Queries that need an index block
+    // from disk are then planned again, all concurrently, so their reads
+    // overlap instead of running one after another.
     let gc_cutoff = snapshot.gc_cutoff();
-    let plans = futures::future::join_all(
-        uniq.iter().map(|q| async move {
-            if q.lsn < gc_cutoff {
-                return Err(PageReconstructError::GarbageCollected {
-                    key: q.key,
-                    lsn: q.lsn,
-                    gc_cutoff,
-                });
-            }
-            plan(snapshot, q.key, q.lsn).await
-        }),
-    )
-    .await;
+    let mut plans: Vec<Option<PlanResult>> = Vec::with_capacity(uniq.len());
+    let mut need_reads = Vec::new();
+    for (i, q) in uniq.iter().enumerate() {
+        let planned = if q.lsn < gc_cutoff {
+            let (key, lsn) = (q.key, q.lsn);
+            Some(Err(PageReconstructError::GarbageCollected { key, lsn, gc_cutoff }))
+        } else {
+            plan(snapshot, q.key, q.lsn, true)
+                .now_or_never()
+                .expect("planning from memory never waits")
+        };
+        if planned.is_none() {
+            need_reads.push(i);
+        }
+        plans.push(planned);
+    }
+    let with_reads = need_reads.iter().map(|&i| plan(snapshot, uniq[i].key, uniq[i].lsn, false));
+    for (&i, p) in need_reads.iter().zip(futures::future::join_all(with_reads).await) {
+        plans[i] = Some(p.expect("planning with reads always finishes"));
+    }
+    let plans = plans.into_iter().map(|p| p.expect("every query is planned"));
     let mut layers: Vec<ReadableLayer> = Vec::new();
     let mut layer_index: HashMap<usize, usize> = HashMap::new();
     for (q, p) in uniq.iter_mut().zip(plans) {
@@ -233,32 +246,67 @@ pub async fn read(
 /// newest first.
 type WalkPlan = SmallVec<[(ReadableLayer, Lsn, BlobRef); 2]>;
 
+/// What planning one query gives: its values (layers not yet numbered)
+/// and whether they reach one that initializes the page.
+type PlanResult = Result<(WalkPlan, bool), PageReconstructError>;
+
 /// Plan one query: walk the snapshot's layers for `key` newest first,
 /// collecting its values above each layer's floor until one that
-/// initializes the page (`complete`), or the walk ends.
+/// initializes the page (`complete`), or the walk ends. With `cached_only`,
+/// a layer file's index blocks come from the block cache only: then this
+/// never waits, and is `None` when a block is missing. The layers visited
+/// are counted (`pageserver_layers_visited_per_read`).
 async fn plan(
     snapshot: &ReadSnapshot,
     key: Key,
     lsn: Lsn,
-) -> Result<(WalkPlan, bool), PageReconstructError> {
+    cached_only: bool,
+) -> Option<PlanResult> {
     let ck = key.to_compact();
     let (mut plan, mut scratch) = (WalkPlan::new(), Vec::new());
+    let mut visited = LayersVisited { layers: 0, counted: false };
     for (layer, floor) in snapshot.walk(key, lsn) {
+        visited.layers += 1;
         scratch.clear();
         let done = match &layer {
-            ReadableLayer::InMemory(l) => l.collect(ck, lsn, floor, &mut scratch),
-            ReadableLayer::Historic(l) => {
-                l.collect(ck, lsn, floor, &mut scratch).await.map_err(|source| {
-                    PageReconstructError::LayerIndex { layer: layer.describe(), source }
-                })?
+            ReadableLayer::InMemory(l) => Ok(l.collect(ck, lsn, floor, &mut scratch)),
+            ReadableLayer::Historic(l) if cached_only => {
+                l.collect_cached(ck, lsn, floor, &mut scratch)?
+            }
+            ReadableLayer::Historic(l) => l.collect(ck, lsn, floor, &mut scratch).await,
+        };
+        let done = match done {
+            Ok(done) => done,
+            Err(source) => {
+                visited.counted = true;
+                let layer = layer.describe();
+                return Some(Err(PageReconstructError::LayerIndex { layer, source }));
             }
         };
         plan.extend(scratch.iter().map(|&(lsn, b)| (layer.clone(), lsn, b)));
         if done {
-            return Ok((plan, true));
+            visited.counted = true;
+            return Some(Ok((plan, true)));
         }
     }
-    Ok((plan, false))
+    visited.counted = true;
+    Some(Ok((plan, false)))
+}
+
+/// Observes the layers one query visited when dropped, if the plan was
+/// finished (`counted`): a memory-only attempt that stopped at a missing
+/// index block is planned again, and only that second walk counts.
+struct LayersVisited {
+    layers: usize,
+    counted: bool,
+}
+
+impl Drop for LayersVisited {
+    fn drop(&mut self) {
+        if self.counted {
+            crate::metrics::compaction::LAYERS_VISITED_PER_READ.observe(self.layers as f64);
+        }
+    }
 }
 
 /// Run `reads`, in waves of as many as the limits allow; the results in

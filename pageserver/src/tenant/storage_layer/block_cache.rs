@@ -18,7 +18,8 @@
 //! below ~9 KiB holds nothing; shards hold at least `MIN_BLOCKS_PER_SHARD`.
 //!
 //! Concurrency: any number of readers; lookups take one shard's lock for a
-//! hash probe and never across an await. Concurrent misses of the same block
+//! hash probe and never across an await. `get_cached` only looks (the read
+//! path plans from memory first with it); `get_or_read` also reads. Concurrent misses of the same block
 //! read it once: the first reader holds a placeholder while it reads, the
 //! others wait for it (a failed read leaves no entry; a waiter then reads
 //! itself). Metrics (`metrics/storage.rs`) count hits (including waits on
@@ -118,15 +119,29 @@ impl BlockCache {
         self.cache.weight()
     }
 
-    /// Block `block` of file `file_id`: from the cache, or `read` it (a
+    /// Block `block` of file `file_id` if it is cached (counted as a hit;
+    /// the caller that then reads it counts the miss).
+    pub fn get_cached(&self, file_id: u64, block: u64) -> Option<Bytes> {
+        let bytes = self.cache.get(&(file_id, block));
+        if bytes.is_some() && self.reports_metrics {
+            metrics::LAYER_INDEX_CACHE_HITS.inc();
+        }
+        bytes
+    }
+
+    /// Block `block` of file `file_id`: from the cache, or `read()` it (a
     /// checked block) and insert it. An error of `read` is returned and
-    /// nothing is cached.
-    pub async fn get_or_read<E>(
+    /// nothing is cached. The read's future is boxed, so a caller's future
+    /// stays small on the (common) hit.
+    pub async fn get_or_read<E, F>(
         &self,
         file_id: u64,
         block: u64,
-        read: impl Future<Output = Result<Bytes, E>>,
-    ) -> Result<Bytes, E> {
+        read: impl FnOnce() -> F,
+    ) -> Result<Bytes, E>
+    where
+        F: Future<Output = Result<Bytes, E>>,
+    {
         let guard = match self.cache.get_value_or_guard_async(&(file_id, block)).await {
             Ok(bytes) => {
                 if self.reports_metrics {
@@ -139,7 +154,7 @@ impl BlockCache {
         if self.reports_metrics {
             metrics::LAYER_INDEX_CACHE_MISSES.inc();
         }
-        let bytes = read.await?;
+        let bytes = Box::pin(read()).await?;
         let _ = guard.insert(bytes.clone());
         if self.reports_metrics {
             metrics::LAYER_INDEX_CACHE_BYTES.set(self.held_bytes() as i64);
@@ -154,7 +169,7 @@ mod tests {
 
     async fn fill(cache: &BlockCache, file_id: u64, blocks: u64) {
         for b in 0..blocks {
-            let read = async { Ok::<_, ()>(Bytes::from(vec![b as u8; 8192])) };
+            let read = || async move { Ok::<_, ()>(Bytes::from(vec![b as u8; 8192])) };
             let got = cache.get_or_read(file_id, b, read).await.unwrap();
             assert_eq!(got[0], b as u8);
         }
@@ -174,12 +189,14 @@ mod tests {
     async fn hits_are_served_without_reading() {
         let cache = BlockCache::new(1 << 20, false);
         fill(&cache, 7, 10).await;
-        let got = cache.get_or_read(7, 3, async { Err::<Bytes, _>("must not read") }).await;
+        let got = cache.get_or_read(7, 3, || async { Err::<Bytes, _>("must not read") }).await;
         assert_eq!(got.unwrap()[0], 3);
         // Another file's block 3 is another entry; a failed read caches nothing.
-        assert_eq!(cache.get_or_read(8, 3, async { Err::<Bytes, _>("io") }).await, Err("io"));
-        let again = cache.get_or_read(8, 3, async { Ok::<_, ()>(Bytes::from_static(b"x")) });
+        assert_eq!(cache.get_or_read(8, 3, || async { Err::<Bytes, _>("io") }).await, Err("io"));
+        assert!(cache.get_cached(8, 3).is_none());
+        let again = cache.get_or_read(8, 3, || async { Ok::<_, ()>(Bytes::from_static(b"x")) });
         assert_eq!(&again.await.unwrap()[..], b"x");
+        assert_eq!(&cache.get_cached(8, 3).unwrap()[..], b"x");
     }
 
     #[tokio::test]
@@ -188,7 +205,7 @@ mod tests {
             (metrics::LAYER_INDEX_CACHE_HITS.get(), metrics::LAYER_INDEX_CACHE_MISSES.get());
         let id = next_file_id();
         for _ in 0..2 {
-            let read = async { Ok::<_, ()>(Bytes::from(vec![1; 8192])) };
+            let read = || async { Ok::<_, ()>(Bytes::from(vec![1; 8192])) };
             global().get_or_read(id, 0, read).await.unwrap();
         }
         // Other tests use the global cache at the same time: at least ours moved.

@@ -46,6 +46,7 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use bytes::Bytes;
+use futures::FutureExt;
 use io_engine::{AlignedBuf, File, IoEngine, OpenMode, ReadAt};
 use pageserver_api::key::{CompactKey, Key};
 use utils::id::{TenantId, TimelineId};
@@ -55,7 +56,7 @@ use super::chunks::coalesce;
 use super::{BlobRef, LayerKind, LayerName};
 use header::{Header, BLOCK_BYTES, HEADER_READ_BYTES};
 use legacy::LegacyIndex;
-use tree_index::TreeIndex;
+use tree_index::{Fetch, TreeIndex};
 
 pub use cursor::{Entry, EntryCursor};
 pub use index_block::{ENTRIES_PER_BLOCK, INDEX_BLOCK_BYTES};
@@ -215,7 +216,8 @@ impl LayerFile {
 
     /// Push the entries of `key` with `floor < LSN <= lsn` to `out`, newest
     /// first, up to and including the first `will_init` one; returns
-    /// whether one was reached (then older layers are not needed).
+    /// whether one was reached (then older layers are not needed). Index
+    /// blocks come from the block cache or are read (and cached).
     pub async fn collect(
         &self,
         key: CompactKey,
@@ -223,12 +225,36 @@ impl LayerFile {
         floor: Lsn,
         out: &mut Vec<(Lsn, BlobRef)>,
     ) -> Result<bool, LayerReadError> {
+        let found = self.collect_with((key, lsn, floor), out, Fetch::ReadMisses).await?;
+        Ok(found.expect("a walk that reads misses always finishes"))
+    }
+
+    /// `collect` from memory only, without waiting: `None` when an index
+    /// block it needs is not in the block cache (`out` may then hold some
+    /// entries, to be discarded; `collect` finishes the job).
+    pub fn collect_cached(
+        &self,
+        key: CompactKey,
+        lsn: Lsn,
+        floor: Lsn,
+        out: &mut Vec<(Lsn, BlobRef)>,
+    ) -> Option<Result<bool, LayerReadError>> {
+        let walk = self.collect_with((key, lsn, floor), out, Fetch::CachedOnly);
+        walk.now_or_never().expect("a cached-only walk never waits").transpose()
+    }
+
+    async fn collect_with(
+        &self,
+        (key, lsn, floor): (CompactKey, Lsn, Lsn),
+        out: &mut Vec<(Lsn, BlobRef)>,
+        fetch: Fetch,
+    ) -> Result<Option<bool>, LayerReadError> {
         if !self.name.key_range.contains(&Key::from_compact(key)) {
-            return Ok(false); // no index block to read
+            return Ok(Some(false)); // no index block to read
         }
         match &self.index {
-            Index::Tree(t) => t.collect(&self.file, key, lsn, floor, out).await,
-            Index::Legacy(l) => Ok(l.collect(key, lsn, floor, out)),
+            Index::Tree(t) => t.collect(&self.file, (key, lsn, floor), out, fetch).await,
+            Index::Legacy(l) => Ok(Some(l.collect(key, lsn, floor, out))),
         }
     }
 

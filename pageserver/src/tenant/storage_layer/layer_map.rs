@@ -53,8 +53,8 @@ use std::sync::Arc;
 use pageserver_api::key::Key;
 use utils::lsn::Lsn;
 
-use super::layer_file::LayerFile;
 use super::inmemory_layer::InMemoryLayer;
+use super::layer_file::LayerFile;
 use super::{LayerLevel, LayerName};
 
 pub use historic::{DeltasAboveImage, Historic, HistoricStats, Stratum, StratumDeltas};

@@ -95,6 +95,7 @@ impl Timeline {
         }
         loop {
             let Some(layer) = self.layers.read().unwrap().oldest_frozen() else { break };
+            self.wait_for_l0_backpressure().await;
             let started = Instant::now();
             failpoint("flush::before-write-layer")?;
             let l0 = LayerFile::write_from_inmemory(
@@ -111,6 +112,7 @@ impl Timeline {
             self.layers.write().unwrap().replace_flushed(&layer, Some(Arc::new(l0)));
             self.globals.in_memory_bytes.fetch_sub(layer.size(), Ordering::Relaxed);
             self.persist_disk_consistent(Lsn(end.0 - 1)).await?;
+            self.after_l0_flush();
         }
         let pending = self.pending_advance.lock().unwrap().take();
         if let Some(lsn) = pending {

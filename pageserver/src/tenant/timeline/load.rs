@@ -36,8 +36,8 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FILE};
-use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
+use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::layer_map::{LayerDesc, LayerMap};
 use super::super::storage_layer::{LayerKind, LayerLevel, LayerName};
 use super::super::StorageConf;

@@ -52,7 +52,11 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 use utils::seqwait::SeqWait;
 
+mod backpressure;
+pub mod compaction;
 mod flush;
+pub mod gc;
+mod images;
 pub mod lease;
 mod load;
 mod log_limit;
@@ -144,6 +148,12 @@ pub struct Timeline {
     leases: Mutex<LeaseMap>,
     /// Held by a renewal from its update to the end of the file write.
     lease_write: tokio::sync::Mutex<()>,
+    /// Held by compaction, image creation and GC: one at a time.
+    maintenance: tokio::sync::Mutex<()>,
+    /// Wakes the compaction task (a flush found compaction due).
+    compaction_wakeup: Notify,
+    /// Signalled when compaction changed the L0 count (stalled flushes).
+    l0_count_changed: Notify,
 }
 
 /// Why an LSN lease is not granted.
@@ -227,6 +237,9 @@ impl Timeline {
             last_record: Mutex::new(None),
             leases: Mutex::new(leases),
             lease_write: tokio::sync::Mutex::new(()),
+            maintenance: tokio::sync::Mutex::new(()),
+            compaction_wakeup: Notify::new(),
+            l0_count_changed: Notify::new(),
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
@@ -234,6 +247,9 @@ impl Timeline {
             tl.clone().flush_loop().instrument(span.clone()),
             crate::background::handle(),
         );
+        let background = crate::background::handle();
+        tl.tasks.spawn_on(tl.clone().compaction_loop().instrument(span.clone()), background);
+        tl.tasks.spawn_on(tl.clone().gc_loop().instrument(span.clone()), background);
         tl.tasks.spawn(tl.clone().checkpoint_timeout_loop().instrument(span));
         Ok(tl)
     }

@@ -211,3 +211,41 @@ async fn reads_and_leases_below_the_gc_cutoff_are_refused_after_restart_too() {
     assert_eq!(&tl.get(Key::MIN, Lsn(0x28)).await.unwrap()[..], b"new");
     mgr.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_corrupt_index_block_is_an_error_naming_the_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = Arc::new(StorageConf::for_tests(dir.path()));
+    let mgr = TenantManager::load(conf.clone(), CancellationToken::new()).await.unwrap();
+    let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
+    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 15).await.unwrap();
+    // 300 keys: two leaves (240 entries each at most) and a root, in that order at the end.
+    let mut w = tl.writer().await;
+    for i in 0..300 {
+        w.put(Key::MIN.add(i), Lsn(0x18), &image(b"v")).await.unwrap();
+    }
+    w.finish_write(Lsn(0x18));
+    drop(w);
+    tl.freeze_and_flush().await.unwrap();
+    let path = tl.layers.read().unwrap().historic().l0_layers().next().unwrap().path.clone();
+    let ids = (t.id(), tl.timeline_id);
+    mgr.shutdown().await;
+    let mut bytes = std::fs::read(&path).unwrap();
+    let second_leaf = bytes.len() - 2 * 8192;
+    bytes[second_leaf + 100] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let tl = mgr.get_timeline(ids.0, ids.1).unwrap();
+    let before = crate::metrics::storage::LAYER_CORRUPTION_ERRORS.get();
+    let err = tl.get(Key::MIN.add(250), Lsn(0x18)).await.unwrap_err();
+    assert!(crate::metrics::storage::LAYER_CORRUPTION_ERRORS.get() > before, "counted");
+    let name = path.file_name().unwrap().to_str().unwrap();
+    assert!(
+        matches!(&err, super::super::PageReconstructError::LayerIndex { layer, .. } if layer == name),
+        "{err}"
+    );
+    assert!(err.to_string().contains("index block 1 is corrupt"), "{err}");
+    // Keys of the intact leaf still read.
+    assert_eq!(&tl.get(Key::MIN.add(5), Lsn(0x18)).await.unwrap()[..], b"v");
+}

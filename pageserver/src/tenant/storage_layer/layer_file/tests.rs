@@ -208,5 +208,10 @@ async fn collect_matches_a_brute_force_oracle() {
         for (l, blob) in &out {
             assert_eq!(blob.will_init(), m[&(k, *l)].1);
         }
+        // From memory only: the same answer, unless a block was evicted.
+        let mut cached = Vec::new();
+        if let Some(res) = layer.collect_cached(k, lsn, floor, &mut cached) {
+            assert_eq!((cached, res.unwrap()), (out.clone(), done), "SEED={seed}");
+        }
     }
 }

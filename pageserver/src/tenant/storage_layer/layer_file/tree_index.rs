@@ -50,6 +50,26 @@ pub(super) struct TreeIndex {
     root: Bytes,
 }
 
+/// How a walk gets index blocks other than the root.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Fetch {
+    /// From the block cache, reading (and caching) those it lacks.
+    ReadMisses,
+    /// From the block cache only: a walk that needs another block stops.
+    /// Such a walk never waits, so it completes in its first poll.
+    CachedOnly,
+}
+
+/// Where a descent ended.
+enum Descent {
+    /// The leaf, its number, and how many of its entries are `<= target`.
+    Leaf(Bytes, u64, usize),
+    /// Every entry is above the target.
+    BelowFirst,
+    /// A block on the way is not cached (`Fetch::CachedOnly`).
+    NotCached,
+}
+
 /// `level_starts` of a tree over `leaf_count` leaves.
 fn level_starts(leaf_count: u64) -> Vec<u64> {
     let mut starts = vec![0, leaf_count];
@@ -193,24 +213,34 @@ impl TreeIndex {
         Ok(self.read_blocks(file, block_no, 1).await?.pop().expect("one block"))
     }
 
-    /// Block `block_no`, checked, through the block cache.
-    async fn block(&self, file: &File, block_no: u64) -> Result<Bytes, LayerReadError> {
+    /// Block `block_no`, checked, through the block cache; `None` when it
+    /// is not cached and `fetch` is `CachedOnly`.
+    async fn block(
+        &self,
+        file: &File,
+        block_no: u64,
+        fetch: Fetch,
+    ) -> Result<Option<Bytes>, LayerReadError> {
         if block_no == self.shape.root_block {
-            return Ok(self.root.clone());
+            return Ok(Some(self.root.clone()));
         }
-        block_cache::global()
-            .get_or_read(self.cache_id, block_no, self.read_block(file, block_no))
-            .await
+        let cache = block_cache::global();
+        match fetch {
+            Fetch::CachedOnly => Ok(cache.get_cached(self.cache_id, block_no)),
+            Fetch::ReadMisses => {
+                let read = || self.read_block(file, block_no);
+                cache.get_or_read(self.cache_id, block_no, read).await.map(Some)
+            }
+        }
     }
 
-    /// Descend to the leaf holding the last entry `<= target`; returns it,
-    /// its number, and how many of its entries are `<= target`. `None`
-    /// when every entry is above `target`.
+    /// Descend to the leaf holding the last entry `<= target`.
     async fn find_leaf(
         &self,
         file: &File,
         target: &[u8; SEARCH_KEY_BYTES],
-    ) -> Result<Option<(Bytes, u64, usize)>, LayerReadError> {
+        fetch: Fetch,
+    ) -> Result<Descent, LayerReadError> {
         let (mut bytes, mut block_no) = (self.root.clone(), self.shape.root_block);
         loop {
             let b = Block::view(&bytes);
@@ -219,13 +249,15 @@ impl TreeIndex {
                 // Only the root's first entry can be above a target: each
                 // child starts with its separator, which is <= target.
                 debug_assert_eq!(block_no, self.shape.root_block);
-                return Ok(None);
+                return Ok(Descent::BelowFirst);
             }
             if b.level == 0 {
-                return Ok(Some((bytes, block_no, below)));
+                return Ok(Descent::Leaf(bytes, block_no, below));
             }
             let child = b.value(below - 1);
-            let child_bytes = self.block(file, child).await?;
+            let Some(child_bytes) = self.block(file, child, fetch).await? else {
+                return Ok(Descent::NotCached);
+            };
             if Block::view(&child_bytes).search_key(0) != b.search_key(below - 1) {
                 let reason = format!("its first entry is not its separator in block {block_no}");
                 return Err(Self::corrupt(file, child, reason));
@@ -236,18 +268,21 @@ impl TreeIndex {
 
     /// Same contract as `LayerFile::collect`: walk back from the last entry
     /// `<= (key, lsn)` over the entries of `key` above `floor`, across leaf
-    /// boundaries (the leaf before leaf `n` is block `n - 1`).
+    /// boundaries (the leaf before leaf `n` is block `n - 1`). `None` when
+    /// `fetch` is `CachedOnly` and a block the walk needs is not cached
+    /// (`out` may then hold some entries: the caller discards them).
     pub async fn collect(
         &self,
         file: &File,
-        key: CompactKey,
-        lsn: Lsn,
-        floor: Lsn,
+        (key, lsn, floor): (CompactKey, Lsn, Lsn),
         out: &mut Vec<(Lsn, BlobRef)>,
-    ) -> Result<bool, LayerReadError> {
+        fetch: Fetch,
+    ) -> Result<Option<bool>, LayerReadError> {
         let target = search_key(key, lsn);
-        let Some((mut bytes, mut block_no, mut pos)) = self.find_leaf(file, &target).await? else {
-            return Ok(false);
+        let (mut bytes, mut block_no, mut pos) = match self.find_leaf(file, &target, fetch).await? {
+            Descent::Leaf(bytes, block_no, pos) => (bytes, block_no, pos),
+            Descent::BelowFirst => return Ok(Some(false)),
+            Descent::NotCached => return Ok(None),
         };
         loop {
             let b = Block::view(&bytes);
@@ -255,24 +290,25 @@ impl TreeIndex {
                 pos -= 1;
                 let sk = b.search_key(pos);
                 if sk[..KEY_SIZE] != target[..KEY_SIZE] {
-                    return Ok(false);
+                    return Ok(Some(false));
                 }
                 let entry_lsn = Lsn(u64::from_be_bytes(sk[KEY_SIZE..].try_into().unwrap()));
                 if entry_lsn <= floor {
-                    return Ok(false);
+                    return Ok(Some(false));
                 }
                 let blob = BlobRef::from_raw(b.value(pos));
                 out.push((entry_lsn, blob));
                 if blob.will_init() {
-                    return Ok(true);
+                    return Ok(Some(true));
                 }
             }
             if block_no == 0 {
-                return Ok(false);
+                return Ok(Some(false));
             }
             block_no -= 1;
-            bytes = self.block(file, block_no).await?;
-            pos = Block::view(&bytes).len();
+            let Some(prev) = self.block(file, block_no, fetch).await? else { return Ok(None) };
+            pos = Block::view(&prev).len();
+            bytes = prev;
         }
     }
 

@@ -347,17 +347,40 @@ impl LayerWriter {
     /// key range (first key put .. `key_end`) and LSN range. Fails for an
     /// empty writer; panics unless `key_end` is above every key put.
     pub async fn finish(self, key_end: Key) -> anyhow::Result<LayerFile> {
+        let Some(first) = self.first_key else {
+            anyhow::bail!("a layer file holds at least one value");
+        };
+        self.finish_with_key_range(first..key_end).await
+    }
+
+    /// `finish`, naming the file by `key_range`, which must contain every
+    /// key put (an image layer states that its range has no other keys).
+    pub async fn finish_with_key_range(self, key_range: Range<Key>) -> anyhow::Result<LayerFile> {
         let (Some(first), Some(last)) = (self.first_key, self.last_key) else {
             anyhow::bail!("a layer file holds at least one value");
         };
-        assert!(Key::from_compact(last) < key_end, "key_end {key_end} is not above the last key");
+        assert!(
+            key_range.start <= first && Key::from_compact(last) < key_range.end,
+            "keys {first}..={} outside the layer's range {}..{}",
+            Key::from_compact(last),
+            key_range.start,
+            key_range.end
+        );
         let name = match self.kind {
-            LayerKind::Delta => LayerName::delta(first..key_end, self.lsn_range.clone()),
-            LayerKind::Image => LayerName::image(first..key_end, self.lsn_range.start),
+            LayerKind::Delta => LayerName::delta(key_range, self.lsn_range.clone()),
+            LayerKind::Image => LayerName::image(key_range, self.lsn_range.start),
         };
+        // Layer files are immutable: a name already taken is a bug of the
+        // caller, and renaming over it would replace a live layer's bytes.
+        let path = self.dir.join(name.to_string());
+        ensure!(
+            !self.engine.exists(&path).await?,
+            "layer file {} already exists: a new layer must not replace it",
+            path.display()
+        );
         let values_len = self.values.len;
         let mut temp = self.values.finish().await?;
-        temp.retarget(&self.dir.join(name.to_string()));
+        temp.retarget(&path);
         finish_file(&self.engine, temp, name, self.ids, values_len, self.index.finish()).await
     }
 }

@@ -128,7 +128,12 @@ async fn the_block_cache_counts_misses_then_hits() {
         write(dir.path(), LayerKind::Delta, Lsn(0x10)..Lsn(0x40), &two_versions(2000)).await;
     let misses = metrics::LAYER_INDEX_CACHE_MISSES.get();
     let mut out = Vec::new();
+    assert!(layer.collect_cached(key(1000), Lsn(0x30), Lsn(0), &mut out).is_none(), "cold");
+    out.clear();
     layer.collect(key(1000), Lsn(0x30), Lsn(0), &mut out).await.unwrap();
+    let mut cached = Vec::new();
+    let res = layer.collect_cached(key(1000), Lsn(0x30), Lsn(0), &mut cached);
+    assert_eq!((res.unwrap().unwrap(), cached), (true, out.clone()), "now from memory");
     assert!(metrics::LAYER_INDEX_CACHE_MISSES.get() > misses, "a leaf was read");
     let hits = metrics::LAYER_INDEX_CACHE_HITS.get();
     layer.collect(key(1001), Lsn(0x30), Lsn(0), &mut out).await.unwrap();
