@@ -1,8 +1,10 @@
 //! Seeded randomized model test of the storage engine against a `BTreeMap`
 //! oracle: random puts of images and records over a few hundred keys, random
 //! freezes, flushes, graceful restarts and crash restarts, and thousands of
-//! reads (single and vectored) at random LSNs. Prints its seed; `SEED=<n>`
-//! reproduces a run.
+//! reads (single and vectored) at random LSNs, with compaction, image
+//! creation and GC at random points (reads below the GC cutoff must fail).
+//! Runs `MODEL_RUNS` seeds (default 25) and prints each; `SEED=<n>
+//! MODEL_RUNS=1` reproduces a run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -175,10 +177,18 @@ impl Env {
     }
 }
 
+/// `MODEL_RUNS` seeds (default 25) from `SEED` (default random) on.
 #[tokio::test]
 async fn randomized_model() {
-    let seed: u64 =
+    let first: u64 =
         std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let runs: u64 = std::env::var("MODEL_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(25);
+    for i in 0..runs {
+        model_run(first.wrapping_add(i)).await;
+    }
+}
+
+async fn model_run(seed: u64) {
     println!("randomized_model SEED={seed}");
     let mut rng = StdRng::seed_from_u64(seed);
 

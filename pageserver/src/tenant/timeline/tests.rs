@@ -249,3 +249,44 @@ async fn a_corrupt_index_block_is_an_error_naming_the_layer() {
     // Keys of the intact leaf still read.
     assert_eq!(&tl.get(Key::MIN.add(5), Lsn(0x18)).await.unwrap()[..], b"v");
 }
+
+/// With background compaction on, flushes wait once the L0 count reaches
+/// the stall threshold, so it is never passed; compaction catches up and
+/// every value still reads back.
+#[tokio::test]
+async fn l0_backpressure_keeps_the_l0_count_at_the_stall_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut conf = StorageConf::for_tests(dir.path());
+    conf.compaction.compaction_threshold = 2;
+    conf.compaction.l0_flush_delay_threshold = 3;
+    conf.compaction.l0_flush_stall_threshold = 4;
+    // Rarely on its own: flushes at the thresholds wake it.
+    conf.compaction.compaction_period = Duration::from_secs(3600);
+    let conf = Arc::new(conf);
+    let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+    let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
+    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 15).await.unwrap();
+    let waited = || {
+        let m = &crate::metrics::compaction::FLUSH_DELAY_SECONDS;
+        m.with_label_values(&["delay"]).get() + m.with_label_values(&["stall"]).get()
+    };
+    let waited_before = waited();
+    let mut max_l0 = 0;
+    for i in 0..16u64 {
+        let lsn = Lsn(0x20 + i * 0x10);
+        let mut w = tl.writer().await;
+        w.put(Key::MIN.add(i as u32), lsn, &image(&i.to_le_bytes())).await.unwrap();
+        w.finish_write(lsn);
+        drop(w);
+        tl.freeze_and_flush().await.unwrap();
+        max_l0 = max_l0.max(tl.layer_stats().l0_layers);
+    }
+    assert!(max_l0 <= 4, "the L0 count reached {max_l0}, above the stall threshold 4");
+    assert!(waited() > waited_before, "no flush waited on the L0 count");
+    assert!(tl.layer_stats().l1_layers > 0, "compaction ran");
+    for i in 0..16u64 {
+        let got = tl.get(Key::MIN.add(i as u32), Lsn(0x20 + 15 * 0x10)).await.unwrap();
+        assert_eq!(&got[..], &i.to_le_bytes());
+    }
+    mgr.shutdown().await;
+}
