@@ -43,12 +43,12 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         initial_lsn: tl.get_initial_lsn(),
         in_memory_layers: stats.in_memory_layers as u64,
         in_memory_bytes: stats.in_memory_bytes,
-        l0_layers: stats.l0_layers as u64,
-        l0_bytes: stats.l0_bytes,
-        l1_layers: stats.l1_layers as u64,
-        l1_bytes: stats.l1_bytes,
-        image_layers: stats.image_layers as u64,
-        image_bytes: stats.image_bytes,
+        l0_layers: stats.files.l0_layers as u64,
+        l0_bytes: stats.files.l0_bytes,
+        l1_layers: stats.files.l1_layers as u64,
+        l1_bytes: stats.files.l1_bytes,
+        image_layers: stats.files.image_layers as u64,
+        image_bytes: stats.files.image_bytes,
         gc_cutoff: tl.gc_cutoff(),
         lsn_leases: tl
             .valid_leases(std::time::SystemTime::now())

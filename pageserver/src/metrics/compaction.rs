@@ -121,7 +121,7 @@ pub fn record_flush_wait(waited: Duration, stalled: bool) {
 pub fn refresh_layer_counts(tenants: &crate::tenant::mgr::TenantManager) {
     let (mut l0, mut l1, mut image) = (0, 0, 0);
     for tl in tenants.list_tenants().iter().flat_map(|t| t.list_timelines()) {
-        let s = tl.layer_stats();
+        let s = tl.layer_stats().files;
         (l0, l1, image) = (l0 + s.l0_layers, l1 + s.l1_layers, image + s.image_layers);
     }
     for (level, n) in [("l0", l0), ("l1", l1), ("image", image)] {

@@ -357,7 +357,7 @@ impl Tenant {
 
     /// Bytes of layer files of all timelines.
     pub fn physical_size(&self) -> u64 {
-        self.list_timelines().iter().map(|t| t.layer_stats().l0_bytes).sum()
+        self.list_timelines().iter().map(|t| t.layer_stats().files.bytes()).sum()
     }
 
     fn reserve(&self, id: TimelineId) -> Result<(), TenantError> {

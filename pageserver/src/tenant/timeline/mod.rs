@@ -77,19 +77,15 @@ use writer::WriterState;
 
 use super::lsn_by_time::LsnTimeRecord;
 use super::metadata::TimelineMetadata;
-use super::storage_layer::layer_map::LayerMap;
+use super::storage_layer::layer_map::{HistoricStats, LayerMap};
 use super::{Globals, StorageConf};
 
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+/// Layer counts and bytes: in memory, and the layer files per level.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct LayerStats {
     pub in_memory_layers: usize,
     pub in_memory_bytes: u64,
-    pub l0_layers: usize,
-    pub l0_bytes: u64,
-    pub l1_layers: usize,
-    pub l1_bytes: u64,
-    pub image_layers: usize,
-    pub image_bytes: u64,
+    pub files: HistoricStats,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -403,17 +399,7 @@ impl Timeline {
             let lm = self.layers.read().unwrap();
             (lm.in_memory_layer_count(), lm.in_memory_bytes(), lm.historic().clone())
         };
-        let h = historic.stats();
-        LayerStats {
-            in_memory_layers,
-            in_memory_bytes,
-            l0_layers: h.l0_layers,
-            l0_bytes: h.l0_bytes,
-            l1_layers: h.l1_layers,
-            l1_bytes: h.l1_bytes,
-            image_layers: h.image_layers,
-            image_bytes: h.image_bytes,
-        }
+        LayerStats { in_memory_layers, in_memory_bytes, files: historic.stats() }
     }
 
     /// Run `task` as one of this timeline's background tasks: `shutdown`

@@ -155,7 +155,7 @@ async fn version_2_manifest_loads_and_the_next_write_is_version_3() {
     let conf = Arc::new(StorageConf::for_tests(dir.path()));
     let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
     let tl = mgr.get_timeline(t, tl).unwrap();
-    assert_eq!(tl.layer_stats().l0_layers, 2);
+    assert_eq!(tl.layer_stats().files.l0_layers, 2);
     assert_eq!(&tl.get(Key::MIN, Lsn(0x20)).await.unwrap()[..], b"old");
     let mut w = tl.writer().await;
     w.put(Key::MIN, Lsn(0x38), &image(b"newer")).await.unwrap();
@@ -279,11 +279,11 @@ async fn l0_backpressure_keeps_the_l0_count_at_the_stall_threshold() {
         w.finish_write(lsn);
         drop(w);
         tl.freeze_and_flush().await.unwrap();
-        max_l0 = max_l0.max(tl.layer_stats().l0_layers);
+        max_l0 = max_l0.max(tl.layer_stats().files.l0_layers);
     }
     assert!(max_l0 <= 4, "the L0 count reached {max_l0}, above the stall threshold 4");
     assert!(waited() > waited_before, "no flush waited on the L0 count");
-    assert!(tl.layer_stats().l1_layers > 0, "compaction ran");
+    assert!(tl.layer_stats().files.l1_layers > 0, "compaction ran");
     for i in 0..16u64 {
         let got = tl.get(Key::MIN.add(i as u32), Lsn(0x20 + 15 * 0x10)).await.unwrap();
         assert_eq!(&got[..], &i.to_le_bytes());

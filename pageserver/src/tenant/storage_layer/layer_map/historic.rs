@@ -181,6 +181,13 @@ pub struct HistoricStats {
     pub image_bytes: u64,
 }
 
+impl HistoricStats {
+    /// Bytes of all layer files.
+    pub fn bytes(&self) -> u64 {
+        self.l0_bytes + self.l1_bytes + self.image_bytes
+    }
+}
+
 /// For image creation: the strata above the newest image of a key range.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeltasAboveImage {
