@@ -205,6 +205,8 @@ impl Timeline {
             if batch.is_empty() {
                 break;
             }
+            // Shutdown waits for this task: stop at the next batch.
+            anyhow::ensure!(!self.cancel.is_cancelled(), "timeline is shutting down");
             let values = read_batch_values(&inputs, &batch).await?;
             for (m, raw) in batch.iter().zip(values) {
                 let boundary = prev_key.is_some_and(|p| p != m.key);
