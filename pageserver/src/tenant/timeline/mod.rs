@@ -135,11 +135,13 @@ pub struct Timeline {
     lsn_by_time: Mutex<LsnTimeRecord>,
     /// Set by the WAL receiver, read by the API.
     pub receiver_status: Mutex<ReceiverStatus>,
-    /// (end, start) of the last WAL record ingested, as the WAL receiver
-    /// reports it after committing it; `None` until it does (imports,
-    /// restart). Not persisted: only a base backup at exactly `end` uses it
-    /// (`PREV LSN`), and without it says `none`.
-    last_record: Mutex<Option<(Lsn, Lsn)>>,
+    /// (end, start) of the last WAL record of each of the latest
+    /// `RECENT_RECORDS` batches the WAL receiver committed, oldest first;
+    /// empty after imports and restarts. Not persisted: only a base backup
+    /// at exactly such an `end` uses it (`PREV LSN`), and otherwise says
+    /// `none`. Kept for more than the last batch so that two backups at the
+    /// same LSN agree while WAL keeps arriving.
+    last_records: Mutex<std::collections::VecDeque<(Lsn, Lsn)>>,
     /// LSN leases, as on disk (see the concurrency contract above).
     leases: Mutex<LeaseMap>,
     /// Held by a renewal from its update to the end of the file write.
@@ -151,6 +153,9 @@ pub struct Timeline {
     /// Signalled when compaction changed the L0 count (stalled flushes).
     l0_count_changed: Notify,
 }
+
+/// Committed WAL batches whose last record `prev_record_lsn` remembers.
+const RECENT_RECORDS: usize = 4096;
 
 /// Why an LSN lease is not granted.
 #[derive(Debug, thiserror::Error)]
@@ -230,7 +235,7 @@ impl Timeline {
             lsn_by_time: Mutex::new(md.lsn_by_time),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
-            last_record: Mutex::new(None),
+            last_records: Mutex::new(std::collections::VecDeque::new()),
             leases: Mutex::new(leases),
             lease_write: tokio::sync::Mutex::new(()),
             maintenance: tokio::sync::Mutex::new(()),
@@ -306,16 +311,22 @@ impl Timeline {
     /// ended at `end` (= `last_record_lsn` now).
     pub fn set_last_record(&self, end: Lsn, start: Lsn) {
         debug_assert!(start < end, "record {start}..{end}");
-        *self.last_record.lock().unwrap() = Some((end, start));
+        let mut recent = self.last_records.lock().unwrap();
+        if recent.back().is_some_and(|&(last_end, _)| last_end >= end) {
+            recent.clear(); // not after the last one: a new stream, start over
+        }
+        if recent.len() == RECENT_RECORDS {
+            recent.pop_front();
+        }
+        recent.push_back((end, start));
     }
 
     /// Start of the record that ends at `lsn`, when known: the record
     /// before a compute's first (`xl_prev`).
     pub fn prev_record_lsn(&self, lsn: Lsn) -> Option<Lsn> {
-        match *self.last_record.lock().unwrap() {
-            Some((end, start)) if end == lsn => Some(start),
-            _ => None,
-        }
+        let recent = self.last_records.lock().unwrap();
+        let i = recent.partition_point(|&(end, _)| end < lsn);
+        recent.get(i).filter(|&&(end, _)| end == lsn).map(|&(_, start)| start)
     }
 
     /// The primary this timeline follows, if any.

@@ -315,3 +315,29 @@ async fn pitr_interval_keeps_history_younger_than_it() {
         mgr.shutdown().await;
     }
 }
+
+/// `PREV LSN` of recent batch ends stays known while more WAL arrives, so
+/// two base backups at the same LSN agree; unknown LSNs and a restarted
+/// stream (an end not above the last) answer `None`.
+#[tokio::test]
+async fn prev_record_lsn_remembers_recent_batch_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mgr =
+        TenantManager::load(Arc::new(StorageConf::for_tests(dir.path())), CancellationToken::new())
+            .await
+            .unwrap();
+    let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
+    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 15).await.unwrap();
+    assert_eq!(tl.prev_record_lsn(Lsn(0x100)), None);
+    for i in 1..=10_000u64 {
+        tl.set_last_record(Lsn(i * 0x100), Lsn(i * 0x100 - 0x18));
+    }
+    assert_eq!(tl.prev_record_lsn(Lsn(10_000 * 0x100)), Some(Lsn(10_000 * 0x100 - 0x18)));
+    assert_eq!(tl.prev_record_lsn(Lsn(9_000 * 0x100)), Some(Lsn(9_000 * 0x100 - 0x18)));
+    assert_eq!(tl.prev_record_lsn(Lsn(9_000 * 0x100 + 8)), None, "not a batch end");
+    assert_eq!(tl.prev_record_lsn(Lsn(0x100)), None, "forgotten: older than the window");
+    tl.set_last_record(Lsn(0x200), Lsn(0x1e8));
+    assert_eq!(tl.prev_record_lsn(Lsn(10_000 * 0x100)), None, "a new stream starts over");
+    assert_eq!(tl.prev_record_lsn(Lsn(0x200)), Some(Lsn(0x1e8)));
+    mgr.shutdown().await;
+}
