@@ -308,24 +308,25 @@ fn check_compaction(c: CompactionConf) -> Result<CompactionConf, ConfigError> {
     }
     nonzero("compaction_target_size", c.compaction_target_size == 0)?;
     nonzero("image_creation_threshold", c.image_creation_threshold == 0)?;
-    if c.l0_flush_delay_threshold <= c.compaction_threshold {
-        return Err(key_err(
-            "l0_flush_delay_threshold",
-            format!(
-                "{} must be above compaction_threshold {} (ingest would slow before compaction starts)",
-                c.l0_flush_delay_threshold, c.compaction_threshold
-            ),
-        ));
-    }
-    if c.l0_flush_stall_threshold <= c.l0_flush_delay_threshold {
-        return Err(key_err(
-            "l0_flush_stall_threshold",
-            format!(
-                "{} must be above l0_flush_delay_threshold {}",
-                c.l0_flush_stall_threshold, c.l0_flush_delay_threshold
-            ),
-        ));
-    }
+    let above = |key: &str, v: usize, other: &str, o: usize| {
+        if v > o {
+            return Ok(());
+        }
+        Err(key_err(key, format!("{v} must be above {other} {o}")))
+    };
+    // Ingest must not slow before compaction starts, nor stall before the delay.
+    above(
+        "l0_flush_delay_threshold",
+        c.l0_flush_delay_threshold,
+        "compaction_threshold",
+        c.compaction_threshold,
+    )?;
+    above(
+        "l0_flush_stall_threshold",
+        c.l0_flush_stall_threshold,
+        "l0_flush_delay_threshold",
+        c.l0_flush_delay_threshold,
+    )?;
     Ok(c)
 }
 

@@ -101,11 +101,15 @@ impl Timeline {
     /// of a value), at most once per `CORRUPTION_LOG_INTERVAL` per layer file.
     fn report_corruption(&self, results: &[Result<Bytes, PageReconstructError>]) {
         for r in results {
-            if let Err(PageReconstructError::LayerIndex { layer, source }) = r {
-                self.report_corrupt_index(layer, source);
-            }
-            let Err(PageReconstructError::CorruptValue { key, lsn, layer, source }) = r else {
-                continue;
+            let (layer, what) = match r {
+                Err(PageReconstructError::CorruptValue { key, lsn, layer, source }) => {
+                    (layer, format!("corrupt value of key {key} at {lsn}: {source}"))
+                }
+                Err(PageReconstructError::LayerIndex {
+                    layer,
+                    source: e @ LayerReadError::CorruptBlock { .. },
+                }) => (layer, format!("corrupt index: {e}")),
+                _ => continue,
             };
             metrics::LAYER_CORRUPTION_ERRORS.inc();
             if self.corruption_log.should_log(layer) {
@@ -113,26 +117,9 @@ impl Timeline {
                     tenant_id = %self.tenant_id,
                     timeline_id = %self.timeline_id,
                     layer = %layer,
-                    key = %key,
-                    lsn = %lsn,
-                    "corrupt value in layer file {layer}: {source}"
+                    "{what} in layer file {layer}"
                 );
             }
-        }
-    }
-
-    fn report_corrupt_index(&self, layer: &str, err: &LayerReadError) {
-        if !matches!(err, LayerReadError::CorruptBlock { .. }) {
-            return;
-        }
-        metrics::LAYER_CORRUPTION_ERRORS.inc();
-        if self.corruption_log.should_log(layer) {
-            error!(
-                tenant_id = %self.tenant_id,
-                timeline_id = %self.timeline_id,
-                layer = %layer,
-                "corrupt index in layer file {layer}: {err}"
-            );
         }
     }
 
