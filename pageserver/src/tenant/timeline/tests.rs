@@ -271,6 +271,16 @@ async fn l0_backpressure_keeps_the_l0_count_at_the_stall_threshold() {
         m.with_label_values(&["delay"]).get() + m.with_label_values(&["stall"]).get()
     };
     let waited_before = waited();
+    // Hold compaction off for a while (as a slow compaction would), so the
+    // L0 count reaches the thresholds whatever the machine's speed.
+    let (held, hold) = tokio::sync::oneshot::channel();
+    let holder = tl.clone();
+    tokio::spawn(async move {
+        let _maintenance = holder.maintenance.lock().await;
+        let _ = held.send(());
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    });
+    hold.await.unwrap();
     let mut max_l0 = 0;
     for i in 0..16u64 {
         let lsn = Lsn(0x20 + i * 0x10);
