@@ -13,6 +13,7 @@ pub mod import;
 pub mod metrics;
 pub mod page_service;
 pub mod pgdatadir_mapping;
+pub mod remote_storage;
 pub mod tenant;
 pub mod walingest;
 pub mod walreceiver;

@@ -11,6 +11,7 @@ pub mod lsn_by_time;
 pub mod metadata;
 pub mod mgr;
 pub mod reconstruct;
+pub mod remote_timeline;
 pub mod storage_layer;
 pub mod timeline;
 pub mod value;

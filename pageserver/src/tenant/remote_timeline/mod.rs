@@ -1,0 +1,194 @@
+//! A tenant's objects in remote storage, and generations.
+//!
+//! Object layout (keys relative to the configured prefix):
+//! ```text
+//! tenants/<tenant>/generations/<gen>                         a claim (see below)
+//! tenants/<tenant>/timelines/<timeline>/index_part.json-<gen> the manifest (index_part.rs)
+//! tenants/<tenant>/timelines/<timeline>/<layer name>-<gen>    a layer file
+//! ```
+//! `<gen>` is the generation as 8 hex digits.
+//!
+//! Generations (split-brain safety): every attachment of a tenant gets a
+//! generation number, larger than any before. A pageserver writes only
+//! objects whose key carries its own generation, so it never overwrites
+//! another attachment's objects. An attachment first *claims* its
+//! generation (writes `generations/<gen>`, refused if a newer claim
+//! exists), then reads the newest index of a generation at or below its
+//! own. A pageserver deletes objects only after it uploaded an index that
+//! no longer lists them, and only if, listed after that upload, no newer
+//! claim exists. With the object store's read-after-write consistency
+//! (S3, MinIO), either the newer attachment's claim is seen (nothing is
+//! deleted) or it came later, and then that attachment reads an index that
+//! no longer lists the objects. Objects of a generation above one's own are
+//! never deleted (asserted).
+
+pub mod index_part;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use utils::id::{TenantId, TimelineId};
+
+use crate::remote_storage::{RemoteError, RemoteStorage};
+use crate::tenant::storage_layer::LayerName;
+use index_part::IndexPart;
+
+pub const INDEX_PART_NAME: &str = "index_part.json";
+
+/// An attachment's number; valid ones are 1 and above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Generation(pub u32);
+
+impl fmt::Display for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl Generation {
+    /// The 8 hex digits object keys carry.
+    pub fn suffix(self) -> String {
+        format!("{:08x}", self.0)
+    }
+
+    fn parse_suffix(s: &str) -> Option<Generation> {
+        if s.len() != 8 {
+            return None;
+        }
+        u32::from_str_radix(s, 16).ok().map(Generation)
+    }
+}
+
+pub fn tenant_prefix(tenant: TenantId) -> String {
+    format!("tenants/{tenant}")
+}
+
+pub fn timelines_prefix(tenant: TenantId) -> String {
+    format!("tenants/{tenant}/timelines")
+}
+
+pub fn timeline_prefix(tenant: TenantId, timeline: TimelineId) -> String {
+    format!("tenants/{tenant}/timelines/{timeline}")
+}
+
+pub fn layer_key(
+    tenant: TenantId,
+    timeline: TimelineId,
+    name: &str,
+    generation: Generation,
+) -> String {
+    format!("{}/{name}-{}", timeline_prefix(tenant, timeline), generation.suffix())
+}
+
+pub fn index_key(tenant: TenantId, timeline: TimelineId, generation: Generation) -> String {
+    format!("{}/{INDEX_PART_NAME}-{}", timeline_prefix(tenant, timeline), generation.suffix())
+}
+
+fn generations_prefix(tenant: TenantId) -> String {
+    format!("tenants/{tenant}/generations")
+}
+
+/// What the last segment of an object key in a timeline's prefix is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TimelineObject {
+    Index(Generation),
+    Layer(LayerName, Generation),
+}
+
+impl TimelineObject {
+    pub fn parse(file: &str) -> Option<TimelineObject> {
+        let (stem, generation) = file.rsplit_once('-')?;
+        let generation = Generation::parse_suffix(generation)?;
+        if stem == INDEX_PART_NAME {
+            return Some(TimelineObject::Index(generation));
+        }
+        LayerName::parse(stem).map(|n| TimelineObject::Layer(n, generation))
+    }
+}
+
+/// Why a generation cannot be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error(
+        "tenant {tenant}: generation {wanted} is stale, generation {newest} is already attached \
+         (attach with a generation above {newest})"
+    )]
+    Stale { tenant: TenantId, wanted: u32, newest: u32 },
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+}
+
+/// The newest generation claimed for `tenant`, if any.
+pub async fn newest_generation(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+) -> Result<Option<Generation>, RemoteError> {
+    let listed = rs.list(&generations_prefix(tenant)).await?;
+    let gens = listed.iter().filter_map(|o| {
+        let last = o.key.rsplit('/').next()?;
+        Generation::parse_suffix(last)
+    });
+    Ok(gens.max())
+}
+
+/// Claim `generation` for `tenant` (see the module comment): refused when
+/// a newer one is claimed; claiming the newest again is allowed (a
+/// restart of the same attachment).
+pub async fn claim_generation(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+    generation: Generation,
+) -> Result<(), ClaimError> {
+    assert!(generation.0 >= 1, "generation 0 is not valid");
+    if let Some(newest) = newest_generation(rs, tenant).await? {
+        if newest > generation {
+            let (wanted, newest) = (generation.0, newest.0);
+            return Err(ClaimError::Stale { tenant, wanted, newest });
+        }
+    }
+    let key = format!("{}/{}", generations_prefix(tenant), generation.suffix());
+    let body = serde_json::json!({ "generation": generation.0 }).to_string();
+    rs.put(&key, body.into()).await?;
+    Ok(())
+}
+
+/// The timelines `tenant` has in remote storage.
+pub async fn list_timelines(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+) -> Result<Vec<TimelineId>, RemoteError> {
+    let dirs = rs.list_dirs(&timelines_prefix(tenant)).await?;
+    Ok(dirs.iter().filter_map(|d| d.parse().ok()).collect())
+}
+
+/// The newest index of `timeline` written by a generation at or below
+/// `at_most`, with that generation; `None` if there is none.
+pub async fn download_newest_index(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+    timeline: TimelineId,
+    at_most: Generation,
+) -> anyhow::Result<Option<IndexPart>> {
+    let listed = rs.list(&timeline_prefix(tenant, timeline)).await?;
+    let newest = listed
+        .iter()
+        .filter_map(|o| match TimelineObject::parse(o.key.rsplit('/').next()?) {
+            Some(TimelineObject::Index(g)) if g <= at_most => Some(g),
+            _ => None,
+        })
+        .max();
+    let Some(generation) = newest else { return Ok(None) };
+    let key = index_key(tenant, timeline, generation);
+    let bytes = rs.get(&key).await?;
+    let ip = IndexPart::from_json(&bytes).map_err(|e| e.context(format!("object {key}")))?;
+    anyhow::ensure!(
+        ip.generation == generation,
+        "object {key} says it was written by generation {}",
+        ip.generation
+    );
+    Ok(Some(ip))
+}
+
+#[cfg(test)]
+mod tests;
