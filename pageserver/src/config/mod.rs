@@ -271,6 +271,8 @@ impl PageServerConf {
             lsn_lease_length: self.lsn_lease_length,
             compaction: self.compaction.clone(),
             layer_index_cache_size: self.layer_index_cache_size,
+            remote_storage: None,
+            eviction: crate::tenant::EvictionConf::default(),
         }
     }
 

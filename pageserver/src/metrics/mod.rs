@@ -15,6 +15,7 @@ pub mod compaction;
 pub mod http;
 pub mod page_service;
 pub mod process;
+pub mod remote;
 pub mod storage;
 pub mod walreceiver;
 
@@ -49,6 +50,7 @@ pub fn register_all(http_routes: &[(&str, &str)], read_kinds: &[&str]) {
     storage::register(read_kinds);
     compaction::register();
     walreceiver::register();
+    remote::register();
 }
 
 /// The default registry in Prometheus text format.

@@ -57,6 +57,23 @@ pub struct StorageConf {
     pub compaction: CompactionConf,
     /// Bytes of layer index blocks cached in memory (all layers together).
     pub layer_index_cache_size: u64,
+    /// Where the durable copy of the tenants is kept, if anywhere
+    /// (`remote_storage` in the config).
+    pub remote_storage: Option<Arc<crate::remote_storage::RemoteStorage>>,
+    /// When local layer files are evicted (only with remote storage).
+    pub eviction: EvictionConf,
+}
+
+/// `disk_usage_based_eviction`: local layer files that are in remote
+/// storage are removed, least recently used first, while they take more
+/// than `max_resident_bytes` or the file system of the workdir has less
+/// than `min_avail_bytes` free; checked every `period`.
+#[derive(Debug, Clone, Default)]
+pub struct EvictionConf {
+    pub max_resident_bytes: Option<u64>,
+    pub min_avail_bytes: Option<u64>,
+    /// Zero: never.
+    pub period: Duration,
 }
 
 /// Compaction, image creation, GC and L0 backpressure settings (the config
@@ -117,6 +134,8 @@ impl StorageConf {
             lsn_lease_length: Duration::from_secs(600),
             compaction: CompactionConf::defaults(),
             layer_index_cache_size: 64 * 1024 * 1024,
+            remote_storage: None,
+            eviction: EvictionConf::default(),
         }
     }
 

@@ -22,6 +22,7 @@
 //! no longer lists the objects. Objects of a generation above one's own are
 //! never deleted (asserted).
 
+pub mod client;
 pub mod index_part;
 
 use std::fmt;
