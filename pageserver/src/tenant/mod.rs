@@ -302,9 +302,16 @@ impl Tenant {
                 warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
-            let loaded =
-                Timeline::load(conf.clone(), globals.clone(), id, tlid, path, cancel.child_token())
-                    .await;
+            let loaded = Timeline::load(
+                conf.clone(),
+                globals.clone(),
+                id,
+                tlid,
+                path,
+                cancel.child_token(),
+                None,
+            )
+            .await;
             match loaded {
                 Ok(tl) => {
                     timelines.insert(tlid, tl);
@@ -425,6 +432,7 @@ impl Tenant {
             id,
             temp_dir,
             self.cancel.child_token(),
+            None,
         )
         .await?;
         uninit.timeline = Some(tl);
@@ -518,6 +526,7 @@ impl UninitializedTimeline {
                 self.id,
                 final_dir,
                 tenant.cancel.child_token(),
+                None,
             )
             .await
         }

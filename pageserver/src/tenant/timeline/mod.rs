@@ -77,6 +77,7 @@ use writer::WriterState;
 
 use super::lsn_by_time::LsnTimeRecord;
 use super::metadata::TimelineMetadata;
+use super::remote_timeline::client::RemoteTimelineClient;
 use super::storage_layer::layer_map::{HistoricStats, LayerMap};
 use super::{Globals, StorageConf};
 
@@ -152,6 +153,9 @@ pub struct Timeline {
     compaction_wakeup: Notify,
     /// Signalled when compaction changed the L0 count (stalled flushes).
     l0_count_changed: Notify,
+    /// The timeline's remote storage link, when remote storage is
+    /// configured (`remote_timeline/`).
+    remote: Option<Arc<RemoteTimelineClient>>,
 }
 
 /// Committed WAL batches whose last record `prev_record_lsn` remembers.
@@ -199,6 +203,7 @@ impl Timeline {
         timeline_id: TimelineId,
         dir: PathBuf,
         cancel: CancellationToken,
+        remote: Option<Arc<RemoteTimelineClient>>,
     ) -> anyhow::Result<Arc<Timeline>> {
         let load::Loaded { md, layers } =
             load::load_layers(&conf, &dir, tenant_id, timeline_id).await?;
@@ -241,6 +246,7 @@ impl Timeline {
             maintenance: tokio::sync::Mutex::new(()),
             compaction_wakeup: Notify::new(),
             l0_count_changed: Notify::new(),
+            remote,
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
@@ -345,6 +351,11 @@ impl Timeline {
         self.min_readable_lsn.store(floor.0, Ordering::Release);
         *current = source;
         Ok(())
+    }
+
+    /// The timeline's remote storage link (none without remote storage).
+    pub fn remote_client(&self) -> Option<&Arc<RemoteTimelineClient>> {
+        self.remote.as_ref()
     }
 
     pub fn conf(&self) -> &StorageConf {
