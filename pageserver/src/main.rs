@@ -159,6 +159,8 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
         io_engine = ?conf.io_engine_kind(),
         direct_io = conf.direct_io,
         page_service_pipelining = ?conf.page_service_pipelining,
+        // The store's description only: credentials stay in the environment.
+        remote_storage = conf.remote_storage.as_ref().map_or("none", |r| r.describe()),
         "starting pageserver"
     );
 
@@ -183,6 +185,10 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
     let tenants = TenantManager::load(Arc::new(conf.storage_conf()), tenants_cancel.clone())
         .await
         .context("cannot load tenants")?;
+
+    // Disk-usage-based eviction (`conf.eviction`, only with remote storage)
+    // starts here, once the tenants are loaded, as one call with the
+    // tenants, the settings, the workdir and `tenants_cancel.child_token()`.
 
     let walreceiver_conf = Arc::new(conf.walreceiver.clone());
     pageserver::walreceiver::start_all(&tenants, &walreceiver_conf);

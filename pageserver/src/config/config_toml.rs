@@ -19,7 +19,9 @@ use pageserver_api::config::PageServicePipeliningConfig;
 use serde::Deserialize;
 
 use super::defaults::*;
+use super::remote::EvictionToml;
 use super::{AuthType, ConfigError, LogFormat};
+use crate::remote_storage::RemoteStorageToml;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -83,6 +85,17 @@ pub struct ConfigToml {
     pub gc_period: Duration,
     #[serde(deserialize_with = "de_size")]
     pub layer_index_cache_size: ByteSize,
+    /// Where the durable copy of the tenants lives; none: local disk only.
+    pub remote_storage: Option<RemoteStorageToml>,
+    /// Eviction of local layer files that are in remote storage; none: never.
+    pub disk_usage_based_eviction: Option<EvictionToml>,
+}
+
+/// An optional size (see [`de_size`]), for keys inside an optional table.
+pub(super) fn de_opt_size<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ByteSize>, D::Error> {
+    de_size(d).map(Some)
 }
 
 /// A size: an integer (bytes) or a string with a unit ("256 MiB"). Replaces
@@ -151,6 +164,8 @@ impl Default for ConfigToml {
             pitr_interval: duration(DEFAULT_PITR_INTERVAL),
             gc_period: duration(DEFAULT_GC_PERIOD),
             layer_index_cache_size: size(DEFAULT_LAYER_INDEX_CACHE_SIZE),
+            remote_storage: None,
+            disk_usage_based_eviction: None,
         }
     }
 }

@@ -81,5 +81,9 @@ pub const DEFAULT_GC_PERIOD: &str = "1 h";
 /// Bytes of layer index blocks cached in memory, for all layers together.
 pub const DEFAULT_LAYER_INDEX_CACHE_SIZE: &str = "64 MiB";
 
+/// How often disk-usage-based eviction checks, when its table leaves
+/// `period` out.
+pub const DEFAULT_EVICTION_PERIOD: &str = "10 s";
+
 /// Accepted range of `max_get_vectored_keys`.
 pub const MAX_GET_VECTORED_KEYS_LIMIT: usize = 4096;

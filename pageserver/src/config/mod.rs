@@ -10,17 +10,22 @@
 //!   page service pipelining fits `max_get_vectored_keys`
 //!   (`PageServiceConf::validate` runs here, not only when the service starts);
 //! - every `ConfigError` names the key (or the file / override) it is about;
+//! - `remote_storage` is connected here, once (`remote.rs`): every clone of
+//!   the config and the storage engine share that one `RemoteStorage`; its
+//!   credentials come from the environment and are never logged;
 //! - relative paths in the config are resolved against the workdir.
 
 pub mod config_toml;
 pub mod defaults;
 pub mod fd_budget;
+pub mod remote;
 
 #[cfg(test)]
 mod tests;
 
 use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use io_engine::{IoEngine, IoEngineKind};
@@ -29,7 +34,8 @@ use serde::Deserialize;
 
 use crate::http::HttpConf;
 use crate::page_service::PageServiceConf;
-use crate::tenant::{CompactionConf, StorageConf};
+use crate::remote_storage::RemoteStorage;
+use crate::tenant::{CompactionConf, EvictionConf, StorageConf};
 use crate::walreceiver::WalReceiverConf;
 pub use config_toml::ConfigToml;
 use fd_budget::FdBudget;
@@ -91,6 +97,11 @@ pub struct PageServerConf {
     pub compaction: CompactionConf,
     /// Bytes.
     pub layer_index_cache_size: u64,
+    /// The one connection to remote storage (`remote_storage`), shared by
+    /// every clone of this config and by the storage engine.
+    pub remote_storage: Option<Arc<RemoteStorage>>,
+    /// `disk_usage_based_eviction`; its period is zero when it is not set.
+    pub eviction: EvictionConf,
 }
 
 /// Largest config file accepted (a real one is a few KiB).
@@ -158,6 +169,8 @@ impl PageServerConf {
             pitr_interval,
             gc_period,
             layer_index_cache_size,
+            remote_storage,
+            disk_usage_based_eviction,
         } = t;
         let workdir = std::path::absolute(&workdir)
             .map_err(|e| key_err("workdir", format!("{}: {e}", workdir.display())))?;
@@ -187,6 +200,9 @@ impl PageServerConf {
             gc_period,
         })?;
         nonzero("layer_index_cache_size", layer_index_cache_size.as_u64() == 0)?;
+        let remote_storage = remote::check_remote_storage(remote_storage)?;
+        let eviction =
+            remote::check_eviction(disk_usage_based_eviction, remote_storage.is_some())?;
         let walreceiver = WalReceiverConf {
             status_interval: wal_receiver_status_interval,
             idle_flush_after: wal_receiver_idle_flush,
@@ -249,6 +265,8 @@ impl PageServerConf {
             lsn_lease_length,
             compaction,
             layer_index_cache_size: layer_index_cache_size.as_u64(),
+            remote_storage,
+            eviction,
         })
     }
 
@@ -271,8 +289,8 @@ impl PageServerConf {
             lsn_lease_length: self.lsn_lease_length,
             compaction: self.compaction.clone(),
             layer_index_cache_size: self.layer_index_cache_size,
-            remote_storage: None,
-            eviction: crate::tenant::EvictionConf::default(),
+            remote_storage: self.remote_storage.clone(),
+            eviction: self.eviction.clone(),
         }
     }
 

@@ -39,6 +39,7 @@ fn default_constants_parse() {
         DEFAULT_WAL_RECEIVER_STATUS_INTERVAL,
         DEFAULT_WAL_RECEIVER_IDLE_FLUSH,
         DEFAULT_LSN_LEASE_LENGTH,
+        DEFAULT_EVICTION_PERIOD,
     ] {
         humantime::parse_duration(d).unwrap();
     }
@@ -70,7 +71,11 @@ fn defaults() {
     assert_eq!(p.execution, PageServiceProtocolPipelinedExecutionStrategy::ConcurrentFutures);
     assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::ScatteredLsn);
 
+    assert!(conf.remote_storage.is_none());
+    assert!(conf.eviction.period.is_zero(), "no eviction by default");
+
     let storage = conf.storage_conf();
+    assert!(storage.remote_storage.is_none());
     assert_eq!(storage.workdir, conf.workdir);
     assert_eq!(storage.checkpoint_distance, conf.checkpoint_distance);
     assert_eq!(storage.max_get_vectored_keys, 32);
@@ -284,6 +289,8 @@ fn sample_config_file_is_exactly_the_defaults() {
         "max_open_files",
         "page_service_max_connections",
         "http_max_connections",
+        "remote_storage",
+        "disk_usage_based_eviction",
     ] {
         assert!(text.contains(&format!("# {commented} = ")), "{commented}");
     }
@@ -411,4 +418,69 @@ fn compaction_settings_reach_the_storage_conf_in_order() {
     assert!(err.contains("compaction_threshold"), "{err}");
     err_naming(&["l0_flush_stall_threshold=20"], "l0_flush_stall_threshold");
     err_naming(&["gc_period=\"often\""], "gc_period");
+}
+
+#[test]
+fn remote_storage_is_connected_once_and_reaches_the_storage_conf() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let local = format!("remote_storage={{local_path={:?}}}", remote.display().to_string());
+    let conf = load(&[&local]).unwrap();
+    let rs = conf.remote_storage.clone().expect("configured");
+    assert!(remote.is_dir(), "the local directory is created");
+    assert!(rs.describe().contains(&remote.display().to_string()), "{}", rs.describe());
+    // The config, its clones and the storage engine share the one connection.
+    let storage = conf.clone().storage_conf();
+    assert!(Arc::ptr_eq(storage.remote_storage.as_ref().unwrap(), &rs));
+
+    let s3 = r#"remote_storage={endpoint="http://127.0.0.1:9000", bucket="ps", prefix="p/", region="us-east-1"}"#;
+    let conf = load(&[s3]).unwrap();
+    let rs = conf.remote_storage.unwrap();
+    assert_eq!(rs.describe(), "S3 bucket ps at http://127.0.0.1:9000");
+    assert_eq!(rs.conf().prefix, "p");
+    assert_eq!(format!("{rs:?}"), "RemoteStorage(S3 bucket ps at http://127.0.0.1:9000)");
+}
+
+#[test]
+fn remote_storage_errors_name_the_key() {
+    let msg = err_naming(&["remote_storage={prefix=\"p\"}"], "remote_storage");
+    assert!(msg.contains("give local_path"), "{msg}");
+    let msg = err_naming(&["remote_storage={local_path=\"/x\", bucket=\"b\"}"], "remote_storage");
+    assert!(msg.contains("either local_path or bucket"), "{msg}");
+    let msg = err_naming(&["remote_storage={local_path=\"rel\"}"], "remote_storage");
+    assert!(msg.contains("absolute"), "{msg}");
+    let msg = err_naming(&["remote_storage={bucket=\"b\", endpoint=\"minio:9000\"}"], "remote_storage");
+    assert!(msg.contains("http://"), "{msg}");
+    // Credentials are never read from the config: the key is unknown.
+    let msg =
+        err_naming(&["remote_storage={bucket=\"b\", access_key_id=\"AKIA\"}"], "remote_storage");
+    assert!(msg.contains("access_key_id"), "{msg}");
+    err_naming(&["remote_storage=\"s3://bucket\""], "remote_storage");
+}
+
+#[test]
+fn eviction_settings_reach_the_storage_conf() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = format!("remote_storage={{local_path={:?}}}", dir.path().display().to_string());
+    let full = r#"disk_usage_based_eviction={max_resident_bytes="10 GiB", min_avail_bytes="1 GiB", period="30 s"}"#;
+    let e = load(&[&remote, full]).unwrap().storage_conf().eviction;
+    assert_eq!(e.max_resident_bytes, Some(10 << 30));
+    assert_eq!(e.min_avail_bytes, Some(1 << 30));
+    assert_eq!(e.period, Duration::from_secs(30));
+    let e = load(&[&remote, "disk_usage_based_eviction={min_avail_bytes=4096}"]).unwrap().eviction;
+    assert_eq!((e.max_resident_bytes, e.min_avail_bytes), (None, Some(4096)));
+    assert_eq!(e.period, Duration::from_secs(10), "the default period");
+
+    let msg = err_naming(&[full], "disk_usage_based_eviction");
+    assert!(msg.contains("needs remote_storage"), "{msg}");
+    let msg = err_naming(&[&remote, "disk_usage_based_eviction={}"], "disk_usage_based_eviction");
+    assert!(msg.contains("max_resident_bytes or min_avail_bytes"), "{msg}");
+    let zero = r#"disk_usage_based_eviction={min_avail_bytes="1 GiB", period="0 s"}"#;
+    let msg = err_naming(&[&remote, zero], "disk_usage_based_eviction");
+    assert!(msg.contains("period"), "{msg}");
+    let lots = r#"disk_usage_based_eviction={max_resident_bytes="lots"}"#;
+    let msg = err_naming(&[&remote, lots], "disk_usage_based_eviction");
+    assert!(msg.contains("256 MiB"), "{msg}");
+    let msg = err_naming(&[&remote, "disk_usage_based_eviction={bogus=1}"], "disk_usage_based_eviction");
+    assert!(msg.contains("bogus"), "{msg}");
 }
