@@ -77,8 +77,43 @@ pub struct TenantInfo {
     pub current_physical_size: Option<u64>,
     /// `{"slug": "attached"}`: a single-node pageserver attaches every tenant it has.
     pub attachment_status: Slug,
-    /// Always 1 (no generations without a storage controller).
-    pub generation: u32,
+    /// The generation this pageserver attached the tenant with; `null`
+    /// without remote storage.
+    pub generation: Option<u32>,
+}
+
+/// `PUT /v1/tenant/{tenant}/location_config` body, in Neon's
+/// `LocationConfig` shape: `{"mode": "AttachedSingle", "generation": 3,
+/// "tenant_conf": {...}}`. `tenant_conf` and `secondary_conf` are accepted
+/// whatever they hold, and ignored; the shard fields must describe one
+/// unsharded tenant (as Neon sends them: 0, 0, any stripe size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocationConfigRequest {
+    pub mode: LocationConfigMode,
+    #[serde(default)]
+    pub generation: Option<u32>,
+    #[serde(default)]
+    pub secondary_conf: Option<serde_json::Value>,
+    #[serde(default)]
+    pub tenant_conf: Option<serde_json::Value>,
+    #[serde(default)]
+    pub shard_number: u8,
+    #[serde(default)]
+    pub shard_count: u8,
+    #[serde(default)]
+    pub shard_stripe_size: u32,
+}
+
+/// Neon's location modes; this pageserver serves `AttachedSingle` and
+/// `Detached` (the others are refused naming them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocationConfigMode {
+    AttachedSingle,
+    AttachedMulti,
+    AttachedStale,
+    Secondary,
+    Detached,
 }
 
 /// `GET /v1/tenant/{tenant}`: `TenantInfo` plus the timelines.
@@ -331,7 +366,7 @@ mod tests {
                 state: Slug::new("Active"),
                 current_physical_size: Some(8192),
                 attachment_status: Slug::new("attached"),
-                generation: 1,
+                generation: Some(1),
             },
             walredo: None,
             timelines: vec![tl],
@@ -365,6 +400,20 @@ mod tests {
         let mixed = r#"{"lsn": "0/10", "values": [
             {"key": "000000067F00000005000040000000000001", "image": "00", "will_init": true}]}"#;
         assert!(serde_json::from_str::<TestingIngestRequest>(mixed).is_err());
+    }
+
+    #[test]
+    fn location_config_takes_neons_shape() {
+        let neon = r#"{"mode": "AttachedSingle", "generation": 3, "secondary_conf": null,
+            "shard_number": 0, "shard_count": 0, "shard_stripe_size": 32768,
+            "tenant_conf": {"pitr_interval": "7 days", "some_future_knob": 1}}"#;
+        let r: LocationConfigRequest = serde_json::from_str(neon).unwrap();
+        assert_eq!((r.mode, r.generation), (LocationConfigMode::AttachedSingle, Some(3)));
+        assert_eq!(r.tenant_conf.unwrap()["some_future_knob"], 1);
+        let r: LocationConfigRequest = serde_json::from_str(r#"{"mode": "Detached"}"#).unwrap();
+        assert_eq!((r.mode, r.generation, r.shard_count), (LocationConfigMode::Detached, None, 0));
+        let bad = r#"{"mode": "Detached", "bogus": 1}"#;
+        assert!(serde_json::from_str::<LocationConfigRequest>(bad).is_err());
     }
 
     #[test]

@@ -201,8 +201,7 @@ impl PageServerConf {
         })?;
         nonzero("layer_index_cache_size", layer_index_cache_size.as_u64() == 0)?;
         let remote_storage = remote::check_remote_storage(remote_storage)?;
-        let eviction =
-            remote::check_eviction(disk_usage_based_eviction, remote_storage.is_some())?;
+        let eviction = remote::check_eviction(disk_usage_based_eviction, remote_storage.is_some())?;
         let walreceiver = WalReceiverConf {
             status_interval: wal_receiver_status_interval,
             idle_flush_after: wal_receiver_idle_flush,

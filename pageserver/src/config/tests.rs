@@ -449,7 +449,8 @@ fn remote_storage_errors_name_the_key() {
     assert!(msg.contains("either local_path or bucket"), "{msg}");
     let msg = err_naming(&["remote_storage={local_path=\"rel\"}"], "remote_storage");
     assert!(msg.contains("absolute"), "{msg}");
-    let msg = err_naming(&["remote_storage={bucket=\"b\", endpoint=\"minio:9000\"}"], "remote_storage");
+    let msg =
+        err_naming(&["remote_storage={bucket=\"b\", endpoint=\"minio:9000\"}"], "remote_storage");
     assert!(msg.contains("http://"), "{msg}");
     // Credentials are never read from the config: the key is unknown.
     let msg =
@@ -481,6 +482,7 @@ fn eviction_settings_reach_the_storage_conf() {
     let lots = r#"disk_usage_based_eviction={max_resident_bytes="lots"}"#;
     let msg = err_naming(&[&remote, lots], "disk_usage_based_eviction");
     assert!(msg.contains("256 MiB"), "{msg}");
-    let msg = err_naming(&[&remote, "disk_usage_based_eviction={bogus=1}"], "disk_usage_based_eviction");
+    let msg =
+        err_naming(&[&remote, "disk_usage_based_eviction={bogus=1}"], "disk_usage_based_eviction");
     assert!(msg.contains("bogus"), "{msg}");
 }

@@ -3,7 +3,8 @@
 //!
 //! Mapping (the contract documented in `docs/http-api.md`):
 //! 400 bad id / LSN / key / body, 404 unknown tenant / timeline / key,
-//! 409 already exists, 503 shutting down, 500 anything else.
+//! 409 already exists or a conflict (generations), 503 shutting down, busy
+//! or uploads not finished, 500 anything else.
 //!
 //! Messages are escaped and cut to [`MAX_ERROR_MESSAGE_CHARS`].
 //!
@@ -19,6 +20,7 @@ use utils::quote::escape_for_log;
 
 use crate::import::ImportError;
 use crate::pgdatadir_mapping::DatadirError;
+use crate::tenant::mgr::LocationError;
 use crate::tenant::{GetVectoredError, PageReconstructError, TenantError};
 use crate::walreceiver::bootstrap::BootstrapError;
 
@@ -85,13 +87,28 @@ impl From<TenantError> for ApiError {
     fn from(e: TenantError) -> ApiError {
         match e {
             TenantError::NotFound(_) => ApiError::NotFound(e.to_string()),
-            TenantError::AlreadyExists(_) => ApiError::Conflict(e.to_string()),
+            TenantError::AlreadyExists(_) | TenantError::Conflict(_) => {
+                ApiError::Conflict(e.to_string())
+            }
             TenantError::InvalidArgument(_) => ApiError::BadRequest(e.to_string()),
             TenantError::ShuttingDown => ApiError::ShuttingDown,
+            TenantError::Busy(_) => ApiError::Overloaded(e.to_string()),
             TenantError::Broken { .. } | TenantError::TimelineBroken { .. } => {
                 ApiError::Conflict(e.to_string())
             }
             TenantError::Other(e) => ApiError::Internal(e),
+        }
+    }
+}
+
+impl From<LocationError> for ApiError {
+    fn from(e: LocationError) -> ApiError {
+        match e {
+            LocationError::NoRemoteStorage => ApiError::BadRequest(e.to_string()),
+            LocationError::Conflict(m) => ApiError::Conflict(m),
+            LocationError::NotUploaded { .. } => ApiError::Overloaded(e.to_string()),
+            LocationError::Tenant(e) => e.into(),
+            LocationError::Other(e) => ApiError::Internal(e),
         }
     }
 }

@@ -20,6 +20,7 @@ mod backup;
 mod error;
 mod extract;
 mod io_engine;
+mod location;
 mod maintenance;
 mod server;
 mod tenants;
@@ -72,6 +73,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/tenant"),
     ("GET", "/v1/tenant/{tenant_id}"),
     ("DELETE", "/v1/tenant/{tenant_id}"),
+    ("PUT", "/v1/tenant/{tenant_id}/location_config"),
     ("POST", "/v1/tenant/{tenant_id}/timeline"),
     ("GET", "/v1/tenant/{tenant_id}/timeline"),
     ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}"),
@@ -104,6 +106,8 @@ pub struct HttpState {
     max_concurrent_requests: usize,
     /// Settings of the WAL receivers this API starts.
     pub walreceiver: Arc<WalReceiverConf>,
+    /// How long a detach waits for its uploads (tests shorten it).
+    pub detach_upload_timeout: std::time::Duration,
 }
 
 impl HttpState {
@@ -114,6 +118,7 @@ impl HttpState {
             request_slots: Arc::new(Semaphore::new(conf.max_concurrent_requests)),
             max_concurrent_requests: conf.max_concurrent_requests,
             walreceiver: Arc::new(WalReceiverConf::default()),
+            detach_upload_timeout: crate::tenant::mgr::DETACH_UPLOAD_TIMEOUT,
         }
     }
 }
@@ -127,6 +132,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/io_engine", get(io_engine::get).put(io_engine::put))
         .route("/v1/tenant", post(tenants::create).get(tenants::list))
         .route("/v1/tenant/{tenant_id}", get(tenants::get).delete(tenants::delete))
+        .route("/v1/tenant/{tenant_id}/location_config", axum::routing::put(location::put))
         .route("/v1/tenant/{tenant_id}/timeline", post(timelines::create).get(timelines::list))
         .route(TL, get(timelines::get).delete(timelines::delete))
         .route(&format!("{TL}/keyspace"), get(timelines::keyspace))

@@ -1,4 +1,5 @@
-//! Tenant routes: create, list, get (with timelines), delete.
+//! Tenant routes: create, list, get (with timelines), delete. Attach and
+//! detach: `location.rs`.
 //!
 //! The JSON shapes of list/get are the ones Neon's pagebench reads
 //! (`TenantInfo`, `TenantDetails` in `pageserver_api::models`).
@@ -16,17 +17,18 @@ use super::extract::{JsonBody, TenantPath};
 use super::HttpState;
 use crate::tenant::{Tenant, TenantError};
 
-fn tenant_info(tenant: &Tenant) -> TenantInfo {
+pub(super) fn tenant_info(tenant: &Tenant) -> TenantInfo {
     TenantInfo {
         id: tenant.id(),
         state: Slug::new("Active"),
         current_physical_size: Some(tenant.physical_size()),
         attachment_status: Slug::new("attached"),
-        generation: 1,
+        generation: tenant.generation().map(|g| g.0),
     }
 }
 
-/// `POST /v1/tenant`: 201 `{"id": ...}`; 409 if the id exists.
+/// `POST /v1/tenant`: 201 `{"id": ...}`; 409 if the id exists (here, or,
+/// with remote storage, as claims there: attach it instead).
 pub async fn create(
     State(state): State<HttpState>,
     JsonBody(req): JsonBody<Option<TenantCreateRequest>>,
@@ -42,7 +44,7 @@ fn broken_info(id: TenantId, reason: &str) -> TenantInfo {
         state: Slug::broken(reason),
         current_physical_size: None,
         attachment_status: Slug::new("attached"),
-        generation: 1,
+        generation: None,
     }
 }
 
@@ -72,7 +74,9 @@ pub async fn get(
     Ok(Json(TenantDetails { info: tenant_info(&tenant), walredo: None, timelines }))
 }
 
-/// `DELETE /v1/tenant/{tenant_id}`: stops and removes the tenant and its data.
+/// `DELETE /v1/tenant/{tenant_id}`: stops and removes the tenant and its
+/// data; with remote storage also its remote objects, unless a newer
+/// generation is claimed (then they stay).
 pub async fn delete(
     State(state): State<HttpState>,
     TenantPath(id): TenantPath,

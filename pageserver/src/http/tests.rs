@@ -1,5 +1,8 @@
 //! HTTP API tests over a real socket: status codes, `{"msg"}` errors, `null`
 //! bodies, tenant and timeline lifecycles, shutdown 503s, `/metrics`.
+//! Attach and detach (`location_config`): `tests/location.rs`.
+
+mod location;
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::{router, HttpConf, HttpState};
+use crate::remote_storage::RemoteStorage;
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::StorageConf;
 
@@ -35,11 +39,23 @@ impl TestServer {
     /// shutdown token is not the API's, so 503-on-shutdown tests can fire
     /// `cancel` and still talk to it.
     async fn start_with(http: HttpConf) -> TestServer {
+        TestServer::start_on(http, None).await
+    }
+
+    /// With `remote` storage; a detach waits 300 ms for its uploads.
+    async fn start_with_remote(remote: Arc<RemoteStorage>) -> TestServer {
+        TestServer::start_on(HttpConf::default(), Some(remote)).await
+    }
+
+    async fn start_on(http: HttpConf, remote: Option<Arc<RemoteStorage>>) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
-        let conf = Arc::new(StorageConf::for_tests(dir.path()));
-        let tenants = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
+        let mut conf = StorageConf::for_tests(dir.path());
+        conf.remote_storage = remote;
+        let tenants = TenantManager::load(Arc::new(conf), CancellationToken::new()).await.unwrap();
         let cancel = CancellationToken::new();
-        let app = router(HttpState::new(tenants.clone(), cancel.clone(), &http));
+        let mut state = HttpState::new(tenants.clone(), cancel.clone(), &http);
+        state.detach_upload_timeout = std::time::Duration::from_millis(300);
+        let app = router(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let server_cancel = CancellationToken::new();
@@ -177,7 +193,8 @@ async fn tenant_lifecycle() {
     assert!(list.iter().any(|t| t.id == a) && list.iter().any(|t| t.id == b));
     assert_eq!(json[0]["state"], json!({"slug": "Active"}));
     assert_eq!(json[0]["attachment_status"], json!({"slug": "attached"}));
-    assert_eq!(json[0]["generation"], json!(1));
+    // No remote storage: no generation.
+    assert_eq!(json[0]["generation"], Json::Null);
     assert!(json[0]["current_physical_size"].is_u64());
 
     let (status, json) = s.call(Method::GET, &format!("/v1/tenant/{a}"), None).await;

@@ -12,6 +12,23 @@
 //! Every other tenant loads and serves. A timeline that cannot be loaded
 //! makes only itself Broken (`Tenant::get_timeline` names it and the reason;
 //! `pageserver_broken_timelines_count`); its tenant and siblings serve.
+//!
+//! Concurrency: create, attach, detach (`attach.rs`) and delete of one
+//! tenant run one at a time: each holds the tenant's id in `busy` (a
+//! [`Busy`] guard) from its first check to its last change; a second one
+//! meanwhile is refused at once (409 for a create, as for an existing
+//! tenant; 503 "busy, retry" for the others). Reads go on meanwhile: they
+//! see the tenant before or after the change, or a shut-down tenant's
+//! "shutting down" errors while it is replaced.
+//!
+//! With remote storage, creating a tenant claims generation 1 (refused when
+//! the tenant has claims: it exists elsewhere, attach it), and deleting one
+//! also deletes its remote objects unless a newer generation is claimed
+//! (`attachment::delete_tenant_objects`).
+
+mod attach;
+
+pub use attach::{LocationError, LocationMode, LocationOutcome, DETACH_UPLOAD_TIMEOUT};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -23,6 +40,8 @@ use utils::id::{TenantId, TimelineId};
 
 use crate::metrics::storage as metrics;
 
+use super::attachment::{self, RemoteDeletion, TenantFile};
+use super::remote_timeline::Generation;
 use super::{
     remove_dir_durably, Globals, StorageConf, Tenant, TenantError, Timeline, DELETED_SUFFIX,
 };
@@ -34,7 +53,22 @@ pub struct TenantManager {
     tenants: RwLock<HashMap<TenantId, Arc<Tenant>>>,
     /// Tenants that failed to load: id -> reason.
     broken: RwLock<HashMap<TenantId, String>>,
-    creating: Mutex<HashSet<TenantId>>,
+    /// Tenants being created, attached, detached or deleted (see the
+    /// module comment).
+    busy: Mutex<HashSet<TenantId>>,
+}
+
+/// Tenant `id` reserved in `busy` until dropped.
+struct Busy<'a> {
+    mgr: &'a TenantManager,
+    id: TenantId,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let removed = self.mgr.busy.lock().unwrap().remove(&self.id);
+        debug_assert!(removed, "tenant {} was reserved", self.id);
+    }
 }
 
 impl TenantManager {
@@ -81,7 +115,7 @@ impl TenantManager {
             cancel,
             tenants: RwLock::new(tenants),
             broken: RwLock::new(broken),
-            creating: Mutex::new(HashSet::new()),
+            busy: Mutex::new(HashSet::new()),
         }))
     }
 
@@ -89,26 +123,60 @@ impl TenantManager {
         &self.conf
     }
 
-    pub async fn create_tenant(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
+    /// Reserve tenant `id` for a create, attach, detach or delete; `None`
+    /// while another one runs.
+    fn reserve(&self, id: TenantId) -> Result<Option<Busy<'_>>, TenantError> {
         if self.cancel.is_cancelled() {
             return Err(TenantError::ShuttingDown);
         }
-        if self.tenants.read().unwrap().contains_key(&id)
-            || self.broken.read().unwrap().contains_key(&id)
-            || !self.creating.lock().unwrap().insert(id)
-        {
-            return Err(TenantError::AlreadyExists(format!("tenant {id}")));
+        if !self.busy.lock().unwrap().insert(id) {
+            return Ok(None);
         }
-        let res = self.create_tenant_inner(id).await;
-        self.creating.lock().unwrap().remove(&id);
-        let t = res?;
+        Ok(Some(Busy { mgr: self, id }))
+    }
+
+    /// `reserve`, with "busy" as an error.
+    fn reserve_or_busy(&self, id: TenantId) -> Result<Busy<'_>, TenantError> {
+        self.reserve(id)?.ok_or_else(|| {
+            TenantError::Busy(format!(
+                "tenant {id} is busy: it is being created, attached, detached or deleted; retry"
+            ))
+        })
+    }
+
+    fn is_here(&self, id: TenantId) -> bool {
+        self.tenants.read().unwrap().contains_key(&id)
+            || self.broken.read().unwrap().contains_key(&id)
+    }
+
+    fn tenant_dir(&self, id: TenantId) -> std::path::PathBuf {
+        self.conf.tenants_dir().join(id.to_string())
+    }
+
+    /// A new, empty tenant; with remote storage it claims generation 1
+    /// (409 when the tenant exists in remote storage).
+    pub async fn create_tenant(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
+        let exists = || TenantError::AlreadyExists(format!("tenant {id}"));
+        let _busy = self.reserve(id)?.ok_or_else(exists)?;
+        if self.is_here(id) {
+            return Err(exists());
+        }
+        let generation = match &self.conf.remote_storage {
+            Some(rs) => Some(attachment::claim_new_tenant(rs, id).await?),
+            None => None,
+        };
+        let t = self.create_tenant_inner(id, generation).await?;
         self.tenants.write().unwrap().insert(id, t.clone());
-        info!("created tenant {id}");
+        info!("created tenant {id} (generation {generation:?})");
         Ok(t)
     }
 
-    async fn create_tenant_inner(&self, id: TenantId) -> Result<Arc<Tenant>, TenantError> {
-        let final_dir = self.conf.tenants_dir().join(id.to_string());
+    async fn create_tenant_inner(
+        &self,
+        id: TenantId,
+        generation: Option<Generation>,
+    ) -> Result<Arc<Tenant>, TenantError> {
+        let final_dir = self.tenant_dir(id);
         let temp_dir = io_engine::temp_path(&final_dir);
         let engine = &self.conf.io_engine;
         if engine.exists(&temp_dir).await.context("create tenant")? {
@@ -116,6 +184,9 @@ impl TenantManager {
         }
         let tl_dir = temp_dir.join("timelines");
         engine.create_dir_all(&tl_dir).await.context("create tenant")?;
+        if let Some(generation) = generation {
+            TenantFile { generation }.persist(engine, &temp_dir).await?;
+        }
         engine.fsync_dir(&tl_dir).await.context("create tenant")?;
         engine.fsync_dir(&temp_dir).await.context("create tenant")?;
         engine.rename(&temp_dir, &final_dir).await.context("create tenant")?;
@@ -162,23 +233,72 @@ impl TenantManager {
         self.get_tenant(tenant)?.get_timeline(timeline)
     }
 
+    /// Stop and remove the tenant (a Broken one too); with remote storage
+    /// also its remote objects, unless a newer generation is claimed.
     pub async fn delete_tenant(&self, id: TenantId) -> Result<(), TenantError> {
+        let _busy = self.reserve_or_busy(id)?;
+        let generation = self.stop_and_unpublish(id, false).await?;
+        remove_dir_durably(&self.conf, &self.tenant_dir(id)).await?;
+        info!("deleted tenant {id}");
+        self.delete_remote_objects(id, generation).await
+    }
+
+    /// Take tenant `id` (Active or Broken) out of the maps and stop it
+    /// (with `flush`, after writing its in-memory data to disk). Returns
+    /// its generation: the loaded one, or a Broken tenant's `tenant.json`.
+    async fn stop_and_unpublish(
+        &self,
+        id: TenantId,
+        flush: bool,
+    ) -> Result<Option<Generation>, TenantError> {
         let removed = self.tenants.write().unwrap().remove(&id);
-        match removed {
-            Some(t) => {
-                t.shutdown(false).await;
-                metrics::BROKEN_TIMELINES.sub(t.list_broken_timelines().len() as i64);
-            }
-            None => {
-                if self.broken.write().unwrap().remove(&id).is_none() {
-                    return Err(TenantError::NotFound(format!("tenant {id}")));
-                }
-                metrics::BROKEN_TENANTS.dec();
+        if let Some(t) = removed {
+            t.shutdown(flush).await;
+            metrics::BROKEN_TIMELINES.sub(t.list_broken_timelines().len() as i64);
+            return Ok(t.generation());
+        }
+        if self.broken.write().unwrap().remove(&id).is_none() {
+            return Err(TenantError::NotFound(format!("tenant {id}")));
+        }
+        metrics::BROKEN_TENANTS.dec();
+        match TenantFile::load(&self.conf.io_engine, &self.tenant_dir(id)).await {
+            Ok(file) => Ok(file.map(|f| f.generation)),
+            Err(e) => {
+                warn!("broken tenant {id}: its generation is unknown: {e:#}");
+                Ok(None)
             }
         }
-        remove_dir_durably(&self.conf, &self.conf.tenants_dir().join(id.to_string())).await?;
-        info!("deleted tenant {id}");
-        Ok(())
+    }
+
+    /// Delete the remote objects of deleted tenant `id`, which this
+    /// pageserver attached with `generation` (nothing without one).
+    async fn delete_remote_objects(
+        &self,
+        id: TenantId,
+        generation: Option<Generation>,
+    ) -> Result<(), TenantError> {
+        let (Some(rs), Some(own)) = (&self.conf.remote_storage, generation) else {
+            return Ok(());
+        };
+        match attachment::delete_tenant_objects(rs, id, own).await {
+            Ok(RemoteDeletion::Deleted { objects }) => {
+                info!("deleted the {objects} objects of tenant {id} in {}", rs.describe());
+                Ok(())
+            }
+            Ok(RemoteDeletion::Skipped { newest }) => {
+                info!(
+                    "tenant {id} is deleted here only: generation {newest} is claimed in {}, \
+                     above this pageserver's {own}, so its remote objects stay",
+                    rs.describe()
+                );
+                Ok(())
+            }
+            Err(e) => Err(TenantError::Other(e.context(format!(
+                "tenant {id} is deleted here, but its objects under tenants/{id}/ in {} could \
+                 not all be deleted",
+                rs.describe()
+            )))),
+        }
     }
 
     /// Flush in-memory data of every timeline (bounded), then stop all tasks.
@@ -190,5 +310,9 @@ impl TenantManager {
     }
 }
 
+#[cfg(test)]
+mod remote_tests;
+#[cfg(test)]
+pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;

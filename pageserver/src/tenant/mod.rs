@@ -6,14 +6,23 @@
 //! Directories being created carry the suffix `.___temp` and directories
 //! being deleted `.___deleted`; start-up removes both, so a crash during
 //! creation or deletion leaves nothing half-made behind.
+//!
+//! With remote storage, `<tenant_id>/tenant.json` holds the tenant's
+//! generation (`attachment.rs`), and every timeline of a loaded tenant has
+//! a remote client (`Timeline::remote_client`), built before the timeline
+//! is loaded. A timeline being created (`UninitializedTimeline`) has none:
+//! nothing of it is uploaded before `finish()`, whose reload gets one.
 
+pub mod attachment;
 pub mod lsn_by_time;
 pub mod metadata;
 pub mod mgr;
+pub mod prefetch;
 pub mod reconstruct;
 pub mod remote_timeline;
 pub mod storage_layer;
 pub mod timeline;
+pub mod upload_hooks;
 pub mod value;
 pub mod vectored_read;
 pub mod wal_image;
@@ -37,7 +46,10 @@ use utils::lsn::Lsn;
 pub use timeline::{LayerStats, Timeline, TimelineWriter};
 
 use crate::metrics::storage as metrics;
+use attachment::RemoteIndex;
 use metadata::TimelineMetadata;
+use remote_timeline::index_part::IndexPart;
+use remote_timeline::Generation;
 
 /// Storage settings, derived from the daemon's config.
 #[derive(Debug, Clone)]
@@ -160,10 +172,17 @@ pub enum TenantError {
     NotFound(String),
     #[error("{0} already exists")]
     AlreadyExists(String),
+    /// The request conflicts with the state here or in remote storage; the
+    /// message says which and what to do.
+    #[error("{0}")]
+    Conflict(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("shutting down")]
     ShuttingDown,
+    /// Another change of the tenant is running; retry later.
+    #[error("{0}")]
+    Busy(String),
     /// The tenant could not be loaded at start-up; only deletion works.
     #[error("tenant {id} is broken: {reason}")]
     Broken { id: TenantId, reason: String },
@@ -261,6 +280,9 @@ pub enum GetVectoredError {
 
 pub struct Tenant {
     id: TenantId,
+    /// The generation this pageserver attached the tenant with (claimed in
+    /// remote storage); `None` without remote storage.
+    generation: Option<Generation>,
     dir: PathBuf,
     conf: Arc<StorageConf>,
     globals: Arc<Globals>,
@@ -281,63 +303,106 @@ impl Tenant {
         dir: PathBuf,
         cancel: CancellationToken,
     ) -> anyhow::Result<Arc<Tenant>> {
+        Self::load_with_indexes(conf, globals, id, dir, cancel, HashMap::new()).await
+    }
+
+    /// `load`, with the remote indexes of some timelines handed over (by
+    /// attach, which wrote their local manifests from them): those are not
+    /// downloaded again, so manifest and remote client agree.
+    pub(crate) async fn load_with_indexes(
+        conf: Arc<StorageConf>,
+        globals: Arc<Globals>,
+        id: TenantId,
+        dir: PathBuf,
+        cancel: CancellationToken,
+        mut indexes: HashMap<TimelineId, IndexPart>,
+    ) -> anyhow::Result<Arc<Tenant>> {
         let engine = &conf.io_engine;
         let scratch = dir.join("scratch");
         if engine.exists(&scratch).await? {
             engine.remove_dir_all(&scratch).await.context("clear the scratch directory")?;
         }
         engine.create_dir_all(&scratch).await?;
-        let tl_dir = dir.join("timelines");
-        let mut timelines = HashMap::new();
-        let mut broken = HashMap::new();
-        for entry in engine.read_dir(&tl_dir).await? {
+        let generation = attachment::claim_at_load(&conf, id, &dir).await?;
+        let tenant = Tenant {
+            id,
+            generation,
+            dir,
+            conf,
+            globals,
+            cancel,
+            timelines: RwLock::new(HashMap::new()),
+            broken_timelines: RwLock::new(HashMap::new()),
+            creating: Mutex::new(HashSet::new()),
+        };
+        let tl_dir = tenant.dir.join("timelines");
+        for entry in tenant.conf.io_engine.read_dir(&tl_dir).await? {
             let name = entry.name_lossy();
             let path = tl_dir.join(&entry.name);
             if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
                 info!("removing unfinished timeline directory {}", path.display());
-                engine.remove_dir_all(&path).await?;
+                tenant.conf.io_engine.remove_dir_all(&path).await?;
                 continue;
             }
             let Ok(tlid) = name.parse::<TimelineId>() else {
                 warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
-            let loaded = Timeline::load(
-                conf.clone(),
-                globals.clone(),
-                id,
-                tlid,
-                path,
-                cancel.child_token(),
-                None,
-            )
-            .await;
-            match loaded {
-                Ok(tl) => {
-                    timelines.insert(tlid, tl);
-                }
-                Err(e) => {
-                    let reason = format!("{e:#}");
-                    error!("timeline {id}/{tlid} is broken and will not be served: {reason}");
-                    broken.insert(tlid, reason);
-                }
+            let index = indexes
+                .remove(&tlid)
+                .map_or(RemoteIndex::Download, |ip| RemoteIndex::Given(Some(ip)));
+            tenant.load_timeline_or_mark_broken(tlid, path, index).await;
+        }
+        metrics::BROKEN_TIMELINES.add(tenant.list_broken_timelines().len() as i64);
+        Ok(Arc::new(tenant))
+    }
+
+    /// Load timeline `tlid` from `dir` with its remote client, and publish
+    /// it; one that fails becomes Broken with the reason (counted by the
+    /// caller).
+    async fn load_timeline_or_mark_broken(
+        &self,
+        tlid: TimelineId,
+        dir: PathBuf,
+        index: RemoteIndex,
+    ) {
+        match self.load_timeline(tlid, dir, index).await {
+            Ok(tl) => {
+                self.timelines.write().unwrap().insert(tlid, tl);
+            }
+            Err(e) => {
+                let reason = format!("{e:#}");
+                error!("timeline {}/{tlid} is broken and will not be served: {reason}", self.id);
+                self.broken_timelines.write().unwrap().insert(tlid, reason);
             }
         }
-        metrics::BROKEN_TIMELINES.add(broken.len() as i64);
-        Ok(Arc::new(Tenant {
-            id,
-            dir,
-            conf,
-            globals,
-            cancel,
-            timelines: RwLock::new(timelines),
-            broken_timelines: RwLock::new(broken),
-            creating: Mutex::new(HashSet::new()),
-        }))
+    }
+
+    /// Build the remote client of timeline `tlid` (with remote storage),
+    /// then load the timeline from `dir`.
+    async fn load_timeline(
+        &self,
+        tlid: TimelineId,
+        dir: PathBuf,
+        index: RemoteIndex,
+    ) -> anyhow::Result<Arc<Timeline>> {
+        let ids = (self.id, tlid);
+        let client = attachment::timeline_client(&self.conf, ids, self.generation, &dir, index)
+            .await
+            .context("remote storage")?;
+        let cancel = self.cancel.child_token();
+        Timeline::load(self.conf.clone(), self.globals.clone(), self.id, tlid, dir, cancel, client)
+            .await
     }
 
     pub fn id(&self) -> TenantId {
         self.id
+    }
+
+    /// The generation this pageserver attached the tenant with; `None`
+    /// without remote storage.
+    pub fn generation(&self) -> Option<Generation> {
+        self.generation
     }
 
     pub fn conf(&self) -> &StorageConf {
@@ -418,6 +483,7 @@ impl Tenant {
     ) -> Result<UninitializedTimeline, TenantError> {
         self.reserve(id)?;
         let mut uninit = UninitializedTimeline { tenant: self.clone(), id, timeline: None };
+        attachment::refuse_if_remote(&self.conf, (self.id, id)).await?;
         let temp_dir = io_engine::temp_path(&self.timeline_dir(id));
         let engine = &self.conf.io_engine;
         if engine.exists(&temp_dir).await.context("create timeline")? {
@@ -425,6 +491,7 @@ impl Tenant {
         }
         let md = TimelineMetadata::new_empty(initial_lsn, pg_version);
         Timeline::create_on_disk(&self.conf, &temp_dir, &md).await?;
+        // No remote client: nothing is uploaded before `finish`.
         let tl = Timeline::load(
             self.conf.clone(),
             self.globals.clone(),
@@ -519,16 +586,7 @@ impl UninitializedTimeline {
             tenant.conf.io_engine.rename(&temp_dir, &final_dir).await?;
             tenant.conf.io_engine.fsync_dir(final_dir.parent().unwrap()).await?;
             utils::failpoint::failpoint("timeline-create::after-rename")?;
-            Timeline::load(
-                tenant.conf.clone(),
-                tenant.globals.clone(),
-                tenant.id,
-                self.id,
-                final_dir,
-                tenant.cancel.child_token(),
-                None,
-            )
-            .await
+            tenant.load_timeline(self.id, final_dir, RemoteIndex::Given(None)).await
         }
         .await;
         match result {
@@ -536,6 +594,9 @@ impl UninitializedTimeline {
                 tenant.timelines.write().unwrap().insert(self.id, tl.clone());
                 tenant.creating.lock().unwrap().remove(&self.id);
                 info!("created timeline {}/{} at {}", tenant.id, self.id, tl.get_last_record_lsn());
+                if let Err(e) = upload_hooks::schedule_index_upload(&tl).await {
+                    warn!("timeline {}/{}: first index upload failed: {e:#}", tenant.id, self.id);
+                }
                 Ok(tl)
             }
             Err(e) => {

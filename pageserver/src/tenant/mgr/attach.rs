@@ -1,0 +1,395 @@
+//! Attach and detach: a tenant moves between pageservers through remote
+//! storage (`PUT /v1/tenant/{id}/location_config`).
+//!
+//! - **Attach** (`AttachedSingle`, generation N), tenant not here: claim N
+//!   (refused when a newer generation is claimed), download per remote
+//!   timeline the newest index at or below N, build the tenant directory as
+//!   `<id>.___temp` (`tenant.json`, per timeline `metadata` from the index
+//!   and `wal_source.json` when it has one), fsync, rename into place, fsync
+//!   the parent, then load it: its layers are remote-only and downloaded
+//!   when read, and a background prefetch downloads them all
+//!   (`tenant/prefetch.rs`). Every timeline then uploads an index under N.
+//!   The caller starts the WAL receivers (a layer above this one).
+//! - Attach with the generation the tenant has here: nothing changes. With
+//!   a higher one: claim it, shut the tenant down (flushing), persist
+//!   `tenant.json`, load it again. With a lower one: refused.
+//! - **Detach**: flush every timeline, upload an index, wait (bounded) until
+//!   remote storage has everything flushed, then stop the tenant and remove
+//!   its directory durably; the remote copy stays. If the uploads do not
+//!   finish in time, the tenant stays attached and serving.
+//!
+//! Concurrency contract: each of these holds the tenant's `busy`
+//! reservation (see `mgr.rs`) throughout, so attach, detach, create and
+//! delete of one tenant never interleave. Reads go on meanwhile. Detach
+//! waits for uploads while ingest goes on, then stops the tenant without a
+//! further flush: what arrived after the wait is dropped with the local
+//! copy, never half-uploaded. It is not lost as long as the WAL source
+//! keeps WAL from the remote copy's `disk_consistent_lsn` (the LSN the next
+//! attachment resumes from): the WAL receiver's reported flush position
+//! must follow the remote copy, not the local disk, when remote storage is
+//! configured. Generation safety (split brain) is `remote_timeline`'s: a
+//! claim is made before anything of the new generation is read or written.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::{StreamExt, TryStreamExt};
+use io_engine::IoEngine;
+use tracing::{info, warn};
+use utils::id::{TenantId, TimelineId};
+
+use super::TenantManager;
+use crate::metrics::storage as metrics;
+use crate::remote_storage::RemoteStorage;
+use crate::tenant::attachment::TenantFile;
+use crate::tenant::remote_timeline::index_part::IndexPart;
+use crate::tenant::remote_timeline::{
+    claim_generation, download_newest_index, list_timelines, ClaimError, Generation,
+};
+use crate::tenant::storage_layer::LayerName;
+use crate::tenant::upload_hooks::{self, UploadWaitError};
+use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError};
+
+/// How long a detach waits for everything flushed to be uploaded.
+pub const DETACH_UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);
+/// Index downloads of one attach in flight at once.
+const ATTACH_INDEX_DOWNLOADS: usize = 8;
+
+/// Where a tenant should be, as `location_config` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocationMode {
+    /// Attached here alone, with this generation (>= 1).
+    AttachedSingle { generation: Generation },
+    /// Not here; the remote copy stays.
+    Detached,
+}
+
+pub enum LocationOutcome {
+    /// The tenant is attached. `loaded`: this call (re)loaded it, so its
+    /// WAL receivers are to be started.
+    Attached {
+        tenant: Arc<Tenant>,
+        loaded: bool,
+    },
+    Detached,
+}
+
+/// Why a tenant could not be put where `location_config` asked.
+#[derive(Debug, thiserror::Error)]
+pub enum LocationError {
+    #[error(
+        "remote storage is not configured (config key remote_storage): tenants are attached \
+         and detached through it"
+    )]
+    NoRemoteStorage,
+    /// A generation conflict, or a tenant in a state that refuses the move;
+    /// the message names both sides.
+    #[error("{0}")]
+    Conflict(String),
+    /// Detach: uploads did not finish in time; the tenant stays attached.
+    #[error("tenant {tenant} stays attached: {source}")]
+    NotUploaded {
+        tenant: TenantId,
+        #[source]
+        source: UploadWaitError,
+    },
+    #[error(transparent)]
+    Tenant(#[from] TenantError),
+    #[error("{0:#}")]
+    Other(#[from] anyhow::Error),
+}
+
+impl TenantManager {
+    /// Put tenant `id` where `mode` says (module comment). A detach waits
+    /// up to `upload_timeout` for its uploads.
+    pub async fn set_location(
+        &self,
+        id: TenantId,
+        mode: LocationMode,
+        upload_timeout: Duration,
+    ) -> Result<LocationOutcome, LocationError> {
+        let Some(rs) = self.conf.remote_storage.clone() else {
+            return Err(LocationError::NoRemoteStorage);
+        };
+        let _busy = self.reserve_or_busy(id)?;
+        match mode {
+            LocationMode::AttachedSingle { generation } => self.attach(&rs, id, generation).await,
+            LocationMode::Detached => {
+                self.detach(id, upload_timeout).await?;
+                Ok(LocationOutcome::Detached)
+            }
+        }
+    }
+
+    async fn attach(
+        &self,
+        rs: &RemoteStorage,
+        id: TenantId,
+        generation: Generation,
+    ) -> Result<LocationOutcome, LocationError> {
+        assert!(generation.0 >= 1, "generation 0 is refused by the caller");
+        if let Some(reason) = self.broken.read().unwrap().get(&id) {
+            return Err(LocationError::Conflict(format!(
+                "tenant {id} is broken here ({reason}); detach it (mode Detached) or delete it \
+                 before attaching it again"
+            )));
+        }
+        let current = self.tenants.read().unwrap().get(&id).cloned();
+        let Some(tenant) = current else {
+            let tenant = self.attach_new(rs, id, generation).await?;
+            return Ok(LocationOutcome::Attached { tenant, loaded: true });
+        };
+        let here = tenant.generation().expect("with remote storage every tenant has a generation");
+        match here.cmp(&generation) {
+            std::cmp::Ordering::Equal => Ok(LocationOutcome::Attached { tenant, loaded: false }),
+            std::cmp::Ordering::Greater => Err(LocationError::Conflict(format!(
+                "tenant {id} is attached here with generation {here}, above the requested \
+                 generation {generation}"
+            ))),
+            std::cmp::Ordering::Less => {
+                let tenant = self.reattach(rs, tenant, generation).await?;
+                Ok(LocationOutcome::Attached { tenant, loaded: true })
+            }
+        }
+    }
+
+    /// Attach a tenant that is not here: claim, build its directory from
+    /// the remote indexes, load it.
+    async fn attach_new(
+        &self,
+        rs: &RemoteStorage,
+        id: TenantId,
+        generation: Generation,
+    ) -> Result<Arc<Tenant>, LocationError> {
+        claim(rs, id, generation).await?;
+        let indexes = download_indexes(rs, id, generation).await?;
+        self.build_tenant_dir(id, generation, &indexes).await?;
+        let layers: HashMap<TimelineId, Vec<LayerName>> =
+            indexes.iter().map(|(tl, ip)| (*tl, layer_names(ip))).collect();
+        let dir = self.tenant_dir(id);
+        let cancel = self.cancel.child_token();
+        let loaded = Tenant::load_with_indexes(
+            self.conf.clone(),
+            self.globals.clone(),
+            id,
+            dir,
+            cancel,
+            indexes,
+        )
+        .await;
+        let tenant = match loaded {
+            Ok(t) => t,
+            Err(e) => {
+                if let Err(rm) = remove_dir_durably(&self.conf, &self.tenant_dir(id)).await {
+                    warn!("attach of tenant {id} failed; its directory stays: {rm:#}");
+                }
+                return Err(e.context(format!("load attached tenant {id}")).into());
+            }
+        };
+        self.tenants.write().unwrap().insert(id, tenant.clone());
+        after_attach(&tenant, layers).await;
+        let n = tenant.list_timelines().len();
+        info!("attached tenant {id} with generation {generation} ({n} timelines)");
+        Ok(tenant)
+    }
+
+    /// The tenant's directory as attach builds it (module comment); a
+    /// failure leaves nothing behind but a temp directory, which the next
+    /// attach or start-up removes.
+    async fn build_tenant_dir(
+        &self,
+        id: TenantId,
+        generation: Generation,
+        indexes: &HashMap<TimelineId, IndexPart>,
+    ) -> anyhow::Result<()> {
+        let engine = &self.conf.io_engine;
+        let final_dir = self.tenant_dir(id);
+        anyhow::ensure!(
+            !engine.exists(&final_dir).await?,
+            "attach tenant {id}: {} exists, but the tenant is not loaded (a failed create?); \
+             delete it first",
+            final_dir.display()
+        );
+        let temp_dir = io_engine::temp_path(&final_dir);
+        if engine.exists(&temp_dir).await? {
+            engine.remove_dir_all(&temp_dir).await?;
+        }
+        let tl_dir = temp_dir.join("timelines");
+        engine.create_dir_all(&tl_dir).await?;
+        TenantFile { generation }.persist(engine, &temp_dir).await?;
+        for (tl, ip) in indexes {
+            write_timeline_dir(engine, &tl_dir.join(tl.to_string()), ip)
+                .await
+                .with_context(|| format!("attach timeline {id}/{tl}"))?;
+        }
+        engine.fsync_dir(&tl_dir).await?;
+        engine.fsync_dir(&temp_dir).await?;
+        engine.rename(&temp_dir, &final_dir).await?;
+        engine.fsync_dir(&self.conf.tenants_dir()).await?;
+        Ok(())
+    }
+
+    /// The tenant is here with a lower generation: claim the new one, stop
+    /// it (flushing), persist the generation, load it again. Meanwhile
+    /// requests for it get "shutting down" errors; if the load fails, the
+    /// tenant is Broken with the reason.
+    async fn reattach(
+        &self,
+        rs: &RemoteStorage,
+        old: Arc<Tenant>,
+        generation: Generation,
+    ) -> Result<Arc<Tenant>, LocationError> {
+        let id = old.id();
+        claim(rs, id, generation).await?;
+        old.shutdown(true).await;
+        let dir = self.tenant_dir(id);
+        let persisted = TenantFile { generation }.persist(&self.conf.io_engine, &dir).await;
+        let loaded = match persisted {
+            Ok(()) => {
+                let cancel = self.cancel.child_token();
+                Tenant::load(self.conf.clone(), self.globals.clone(), id, dir, cancel).await
+            }
+            Err(e) => Err(e),
+        };
+        let removed = self.tenants.write().unwrap().remove(&id);
+        debug_assert!(removed.is_some_and(|t| Arc::ptr_eq(&t, &old)), "busy held throughout");
+        metrics::BROKEN_TIMELINES.sub(old.list_broken_timelines().len() as i64);
+        match loaded {
+            Ok(tenant) => {
+                self.tenants.write().unwrap().insert(id, tenant.clone());
+                after_attach(&tenant, HashMap::new()).await;
+                let from = old.generation().expect("a generation");
+                info!("tenant {id} moved from generation {from} to {generation}");
+                Ok(tenant)
+            }
+            Err(e) => {
+                let reason = format!("{e:#}");
+                tracing::error!("tenant {id} is broken and will not be served: {reason}");
+                self.broken.write().unwrap().insert(id, reason);
+                metrics::BROKEN_TENANTS.inc();
+                Err(e.context(format!("reload tenant {id} with generation {generation}")).into())
+            }
+        }
+    }
+
+    /// Detach tenant `id` (module comment); one that is not here is
+    /// detached already. A Broken one has nothing to upload: its local
+    /// files are removed, whatever remote storage has of it stays.
+    async fn detach(&self, id: TenantId, upload_timeout: Duration) -> Result<(), LocationError> {
+        let tenant = self.tenants.read().unwrap().get(&id).cloned();
+        match tenant {
+            Some(t) => self.wait_tenant_uploaded(&t, upload_timeout).await?,
+            None if self.broken.read().unwrap().contains_key(&id) => {
+                warn!("detaching broken tenant {id}: only what remote storage has of it stays");
+            }
+            None => return Ok(()),
+        }
+        let generation = self.stop_and_unpublish(id, false).await?;
+        remove_dir_durably(&self.conf, &self.tenant_dir(id)).await?;
+        info!("detached tenant {id} (generation {generation:?}); its remote copy stays");
+        Ok(())
+    }
+
+    /// Flush every timeline, upload an index, and wait up to `timeout` in
+    /// all until remote storage has everything flushed.
+    async fn wait_tenant_uploaded(
+        &self,
+        tenant: &Tenant,
+        timeout: Duration,
+    ) -> Result<(), LocationError> {
+        let deadline = Instant::now() + timeout;
+        let timelines = tenant.list_timelines();
+        for (tl, reason) in tenant.list_broken_timelines() {
+            warn!("detach: timeline {}/{tl} is broken ({reason}); it is not uploaded", tenant.id());
+        }
+        let flushes = timelines.iter().map(|tl| async move {
+            let what = || format!("detach: flush timeline {}/{}", tl.tenant_id, tl.timeline_id);
+            tl.freeze_and_flush().await.with_context(what)?;
+            if let Err(e) = upload_hooks::schedule_index_upload(tl).await {
+                warn!("{}: index upload failed, waiting for a later one: {e:#}", what());
+            }
+            anyhow::Ok(())
+        });
+        futures::future::try_join_all(flushes).await?;
+        for tl in &timelines {
+            let left = deadline.saturating_duration_since(Instant::now());
+            upload_hooks::wait_uploaded(tl, left, &self.cancel)
+                .await
+                .map_err(|source| LocationError::NotUploaded { tenant: tenant.id(), source })?;
+        }
+        Ok(())
+    }
+}
+
+/// Claim `generation`; a stale one is a conflict naming both generations.
+async fn claim(
+    rs: &RemoteStorage,
+    id: TenantId,
+    generation: Generation,
+) -> Result<(), LocationError> {
+    match claim_generation(rs, id, generation).await {
+        Ok(()) => Ok(()),
+        Err(e @ ClaimError::Stale { .. }) => Err(LocationError::Conflict(e.to_string())),
+        Err(ClaimError::Remote(e)) => Err(anyhow::Error::new(e)
+            .context(format!("claim generation {generation} of tenant {id}"))
+            .into()),
+    }
+}
+
+/// The newest index at or below `generation` of every remote timeline of
+/// `id`; a timeline without one is left out (logged).
+async fn download_indexes(
+    rs: &RemoteStorage,
+    id: TenantId,
+    generation: Generation,
+) -> anyhow::Result<HashMap<TimelineId, IndexPart>> {
+    let timelines = list_timelines(rs, id).await.context("list the remote timelines")?;
+    let downloads = futures::stream::iter(timelines).map(|tl| async move {
+        let ip = download_newest_index(rs, id, tl, generation)
+            .await
+            .with_context(|| format!("the index of timeline {id}/{tl}"))?;
+        if ip.is_none() {
+            warn!("timeline {id}/{tl} has no index at or below generation {generation}: skipped");
+        }
+        anyhow::Ok(ip.map(|ip| (tl, ip)))
+    });
+    let found: Vec<_> = downloads.buffer_unordered(ATTACH_INDEX_DOWNLOADS).try_collect().await?;
+    Ok(found.into_iter().flatten().collect())
+}
+
+/// A timeline's directory as the index describes it: `metadata` and, when
+/// it follows a primary, `wal_source.json` (each written durably).
+async fn write_timeline_dir(engine: &IoEngine, dir: &Path, ip: &IndexPart) -> anyhow::Result<()> {
+    let md = ip.to_metadata()?;
+    engine.create_dir_all(dir).await?;
+    md.persist(engine, dir).await?;
+    if let Some(source) = &ip.wal_source {
+        source.persist(engine, dir).await?;
+    }
+    Ok(())
+}
+
+fn layer_names(ip: &IndexPart) -> Vec<LayerName> {
+    ip.layers.keys().filter_map(|name| LayerName::parse(name)).collect()
+}
+
+/// Every timeline uploads an index under the new generation; the remote
+/// layers named in `layers` are prefetched.
+async fn after_attach(tenant: &Tenant, mut layers: HashMap<TimelineId, Vec<LayerName>>) {
+    let mut prefetch = Vec::new();
+    for tl in tenant.list_timelines() {
+        if let Err(e) = upload_hooks::schedule_index_upload(&tl).await {
+            let (t, l) = (tl.tenant_id, tl.timeline_id);
+            warn!("timeline {t}/{l}: index upload after attach failed: {e:#}");
+        }
+        let names = layers.remove(&tl.timeline_id).unwrap_or_default();
+        prefetch.push((tl, names));
+    }
+    prefetch::spawn_prefetch(prefetch);
+}
+
+#[cfg(test)]
+mod tests;
