@@ -24,6 +24,7 @@
 
 pub mod client;
 pub mod index_part;
+mod upload;
 
 use std::fmt;
 
