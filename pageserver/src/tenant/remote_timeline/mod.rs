@@ -194,3 +194,6 @@ pub async fn download_newest_index(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod upload_tests;

@@ -94,9 +94,11 @@ impl RemoteTimelineClient {
     ) -> anyhow::Result<()> {
         let missing: Vec<(String, u64)> = {
             let uploaded = self.uploaded.lock().unwrap();
-            let missing = target.md.layers.iter().filter(|l| {
-                uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes)
-            });
+            let missing = target
+                .md
+                .layers
+                .iter()
+                .filter(|l| uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes));
             missing.map(|l| (l.name.clone(), l.size_bytes)).collect()
         };
         let concurrency = self.storage().conf().concurrency;
@@ -120,7 +122,12 @@ impl RemoteTimelineClient {
         self.target_rx().borrow().as_ref().is_some_and(|t| t.seq > target.seq)
     }
 
-    async fn upload_layer(&self, name: &str, size: u64, target: &UploadTarget) -> anyhow::Result<()> {
+    async fn upload_layer(
+        &self,
+        name: &str,
+        size: u64,
+        target: &UploadTarget,
+    ) -> anyhow::Result<()> {
         let started = Instant::now();
         let key = self.object_key(name, self.generation);
         let local = self.dir().join(name);
@@ -233,9 +240,10 @@ impl RemoteTimelineClient {
             None => 0,
             Some(t) => {
                 let uploaded = self.uploaded.lock().unwrap();
-                let missing = t.md.layers.iter().filter(|l| {
-                    uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes)
-                });
+                let missing =
+                    t.md.layers.iter().filter(|l| {
+                        uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes)
+                    });
                 missing.map(|l| l.size_bytes).sum()
             }
         };
