@@ -167,7 +167,10 @@ impl TenantManager {
         };
         let t = self.create_tenant_inner(id, generation).await?;
         self.tenants.write().unwrap().insert(id, t.clone());
-        info!("created tenant {id} (generation {generation:?})");
+        match generation {
+            Some(g) => info!("created tenant {id} with generation {g}"),
+            None => info!("created tenant {id}"),
+        }
         Ok(t)
     }
 

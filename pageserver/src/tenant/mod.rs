@@ -10,8 +10,10 @@
 //! With remote storage, `<tenant_id>/tenant.json` holds the tenant's
 //! generation (`attachment.rs`), and every timeline of a loaded tenant has
 //! a remote client (`Timeline::remote_client`), built before the timeline
-//! is loaded. A timeline being created (`UninitializedTimeline`) has none:
-//! nothing of it is uploaded before `finish()`, whose reload gets one.
+//! is loaded; the load makes the manifest its first upload target. A
+//! timeline being created (`UninitializedTimeline`) has none: nothing of
+//! it is uploaded before `finish()`, whose reload gets one (and so uploads
+//! the whole new timeline).
 
 pub mod attachment;
 pub mod lsn_by_time;
@@ -22,7 +24,6 @@ pub mod reconstruct;
 pub mod remote_timeline;
 pub mod storage_layer;
 pub mod timeline;
-pub mod upload_hooks;
 pub mod value;
 pub mod vectored_read;
 pub mod wal_image;
@@ -594,9 +595,6 @@ impl UninitializedTimeline {
                 tenant.timelines.write().unwrap().insert(self.id, tl.clone());
                 tenant.creating.lock().unwrap().remove(&self.id);
                 info!("created timeline {}/{} at {}", tenant.id, self.id, tl.get_last_record_lsn());
-                if let Err(e) = upload_hooks::schedule_index_upload(&tl).await {
-                    warn!("timeline {}/{}: first index upload failed: {e:#}", tenant.id, self.id);
-                }
                 Ok(tl)
             }
             Err(e) => {

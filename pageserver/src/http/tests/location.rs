@@ -3,14 +3,17 @@
 //! generations, 503 naming the timeline and LSNs) and a detach / attach
 //! round trip, with remote storage on a local directory.
 
+use pageserver_api::key::Key;
 use pageserver_api::models::TenantDetails;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value as Json};
 use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
 
 use super::TestServer;
-use crate::tenant::mgr::test_support::remote;
+use crate::tenant::mgr::test_support::{remote, uploaded};
 use crate::tenant::remote_timeline::{claim_generation, Generation};
+use crate::tenant::value::image;
 
 fn path(t: TenantId) -> String {
     format!("/v1/tenant/{t}/location_config")
@@ -95,11 +98,17 @@ async fn detach_whose_uploads_do_not_finish_is_503_naming_the_timeline() {
     let s = TestServer::start_with_remote(remote(&root)).await;
     let t = s.create_tenant().await;
     let tl = s.create_timeline(t, json!({"pg_version": 16, "initial_lsn": "0/10"})).await;
+    let timeline = s.tenants.get_timeline(t, tl.timeline_id).unwrap();
+    uploaded(&timeline).await; // nothing writes to the store below
+    let mut w = timeline.writer().await;
+    w.put(Key::MIN, Lsn(0x18), &image(b"v")).await.unwrap();
+    w.finish_write(Lsn(0x18));
+    drop(w);
+    // The store becomes unusable: the flush of 0/18 cannot be uploaded.
     std::fs::remove_dir_all(&root).unwrap();
     std::fs::write(&root, b"not a directory").unwrap();
-    // Nothing new is flushed, but the remote index cannot be read back.
     let detach = Some(json!({"mode": "Detached"}));
-    let needle = format!("timeline {t}/{}: flushed up to 0/10", tl.timeline_id);
+    let needle = format!("timeline {t}/{} is flushed up to 0/18", tl.timeline_id);
     let unavailable = StatusCode::SERVICE_UNAVAILABLE;
     s.expect_err(Method::PUT, &path(t), detach, unavailable, &needle).await;
     let (status, _) = s.call(Method::GET, &format!("/v1/tenant/{t}"), None).await;

@@ -8,27 +8,29 @@
 //!   and `wal_source.json` when it has one), fsync, rename into place, fsync
 //!   the parent, then load it: its layers are remote-only and downloaded
 //!   when read, and a background prefetch downloads them all
-//!   (`tenant/prefetch.rs`). Every timeline then uploads an index under N.
+//!   (`tenant/prefetch.rs`). Loading a timeline makes its manifest the
+//!   upload target, so every timeline uploads an index under N right away.
 //!   The caller starts the WAL receivers (a layer above this one).
 //! - Attach with the generation the tenant has here: nothing changes. With
 //!   a higher one: claim it, shut the tenant down (flushing), persist
 //!   `tenant.json`, load it again. With a lower one: refused.
-//! - **Detach**: flush every timeline, upload an index, wait (bounded) until
-//!   remote storage has everything flushed, then stop the tenant and remove
-//!   its directory durably; the remote copy stays. If the uploads do not
-//!   finish in time, the tenant stays attached and serving.
+//! - **Detach**: flush every timeline (each flush schedules an index
+//!   upload), wait (bounded) until remote storage has everything flushed
+//!   (`remote_consistent_lsn >= disk_consistent_lsn`), then stop the tenant
+//!   and remove its directory durably; the remote copy stays. If the
+//!   uploads do not finish in time, the tenant stays attached and serving.
 //!
 //! Concurrency contract: each of these holds the tenant's `busy`
 //! reservation (see `mgr.rs`) throughout, so attach, detach, create and
 //! delete of one tenant never interleave. Reads go on meanwhile. Detach
 //! waits for uploads while ingest goes on, then stops the tenant without a
 //! further flush: what arrived after the wait is dropped with the local
-//! copy, never half-uploaded. It is not lost as long as the WAL source
-//! keeps WAL from the remote copy's `disk_consistent_lsn` (the LSN the next
-//! attachment resumes from): the WAL receiver's reported flush position
-//! must follow the remote copy, not the local disk, when remote storage is
-//! configured. Generation safety (split brain) is `remote_timeline`'s: a
-//! claim is made before anything of the new generation is read or written.
+//! copy, never half-uploaded. It is not lost: the WAL receiver reports no
+//! more than `remote_consistent_lsn` as its flush position
+//! (`Timeline::durable_lsn`), so the primary keeps the WAL from the remote
+//! copy's `disk_consistent_lsn`, where the next attachment resumes.
+//! Generation safety (split brain) is `remote_timeline`'s: a claim is made
+//! before anything of the new generation is read or written.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -40,6 +42,7 @@ use futures::{StreamExt, TryStreamExt};
 use io_engine::IoEngine;
 use tracing::{info, warn};
 use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
 
 use super::TenantManager;
 use crate::metrics::storage as metrics;
@@ -50,8 +53,7 @@ use crate::tenant::remote_timeline::{
     claim_generation, download_newest_index, list_timelines, ClaimError, Generation,
 };
 use crate::tenant::storage_layer::LayerName;
-use crate::tenant::upload_hooks::{self, UploadWaitError};
-use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError};
+use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline};
 
 /// How long a detach waits for everything flushed to be uploaded.
 pub const DETACH_UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -90,11 +92,17 @@ pub enum LocationError {
     #[error("{0}")]
     Conflict(String),
     /// Detach: uploads did not finish in time; the tenant stays attached.
-    #[error("tenant {tenant} stays attached: {source}")]
+    #[error(
+        "tenant {tenant} stays attached: timeline {tenant}/{timeline} is flushed up to \
+         {local_lsn}, but remote storage has it only up to {} after {waited:?}",
+        remote_lsn.map_or("nothing".to_string(), |l| l.to_string())
+    )]
     NotUploaded {
         tenant: TenantId,
-        #[source]
-        source: UploadWaitError,
+        timeline: TimelineId,
+        local_lsn: Lsn,
+        remote_lsn: Option<Lsn>,
+        waited: Duration,
     },
     #[error(transparent)]
     Tenant(#[from] TenantError),
@@ -176,13 +184,14 @@ impl TenantManager {
             self.globals.clone(),
             id,
             dir,
-            cancel,
+            cancel.clone(),
             indexes,
         )
         .await;
         let tenant = match loaded {
             Ok(t) => t,
             Err(e) => {
+                cancel.cancel(); // timelines loaded before the failure stop
                 if let Err(rm) = remove_dir_durably(&self.conf, &self.tenant_dir(id)).await {
                     warn!("attach of tenant {id} failed; its directory stays: {rm:#}");
                 }
@@ -190,7 +199,7 @@ impl TenantManager {
             }
         };
         self.tenants.write().unwrap().insert(id, tenant.clone());
-        after_attach(&tenant, layers).await;
+        after_attach(&tenant, layers);
         let n = tenant.list_timelines().len();
         info!("attached tenant {id} with generation {generation} ({n} timelines)");
         Ok(tenant)
@@ -247,10 +256,11 @@ impl TenantManager {
         old.shutdown(true).await;
         let dir = self.tenant_dir(id);
         let persisted = TenantFile { generation }.persist(&self.conf.io_engine, &dir).await;
+        let cancel = self.cancel.child_token();
         let loaded = match persisted {
             Ok(()) => {
-                let cancel = self.cancel.child_token();
-                Tenant::load(self.conf.clone(), self.globals.clone(), id, dir, cancel).await
+                let (conf, globals) = (self.conf.clone(), self.globals.clone());
+                Tenant::load(conf, globals, id, dir, cancel.clone()).await
             }
             Err(e) => Err(e),
         };
@@ -260,12 +270,12 @@ impl TenantManager {
         match loaded {
             Ok(tenant) => {
                 self.tenants.write().unwrap().insert(id, tenant.clone());
-                after_attach(&tenant, HashMap::new()).await;
                 let from = old.generation().expect("a generation");
                 info!("tenant {id} moved from generation {from} to {generation}");
                 Ok(tenant)
             }
             Err(e) => {
+                cancel.cancel(); // timelines loaded before the failure stop
                 let reason = format!("{e:#}");
                 tracing::error!("tenant {id} is broken and will not be served: {reason}");
                 self.broken.write().unwrap().insert(id, reason);
@@ -289,39 +299,55 @@ impl TenantManager {
         }
         let generation = self.stop_and_unpublish(id, false).await?;
         remove_dir_durably(&self.conf, &self.tenant_dir(id)).await?;
-        info!("detached tenant {id} (generation {generation:?}); its remote copy stays");
+        let generation = generation.map_or("unknown".to_string(), |g| g.to_string());
+        info!("detached tenant {id} (generation {generation}); its remote copy stays");
         Ok(())
     }
 
-    /// Flush every timeline, upload an index, and wait up to `timeout` in
-    /// all until remote storage has everything flushed.
+    /// Flush every timeline, then wait up to `timeout` in all until remote
+    /// storage has everything flushed.
     async fn wait_tenant_uploaded(
         &self,
         tenant: &Tenant,
         timeout: Duration,
     ) -> Result<(), LocationError> {
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
         let timelines = tenant.list_timelines();
         for (tl, reason) in tenant.list_broken_timelines() {
             warn!("detach: timeline {}/{tl} is broken ({reason}); it is not uploaded", tenant.id());
         }
         let flushes = timelines.iter().map(|tl| async move {
             let what = || format!("detach: flush timeline {}/{}", tl.tenant_id, tl.timeline_id);
-            tl.freeze_and_flush().await.with_context(what)?;
-            if let Err(e) = upload_hooks::schedule_index_upload(tl).await {
-                warn!("{}: index upload failed, waiting for a later one: {e:#}", what());
-            }
-            anyhow::Ok(())
+            tl.freeze_and_flush().await.with_context(what)
         });
         futures::future::try_join_all(flushes).await?;
         for tl in &timelines {
-            let left = deadline.saturating_duration_since(Instant::now());
-            upload_hooks::wait_uploaded(tl, left, &self.cancel)
-                .await
-                .map_err(|source| LocationError::NotUploaded { tenant: tenant.id(), source })?;
+            let left = timeout.saturating_sub(started.elapsed());
+            wait_uploaded(tl, left, started).await?;
         }
         Ok(())
     }
+}
+
+/// Wait up to `left` until the uploaded index of `tl` reaches its
+/// `disk_consistent_lsn`; `started`: when the detach began (for the error).
+async fn wait_uploaded(
+    tl: &Timeline,
+    left: Duration,
+    started: Instant,
+) -> Result<(), LocationError> {
+    let client = tl.remote_client().expect("with remote storage every timeline has a client");
+    let local_lsn = tl.get_disk_consistent_lsn();
+    if client.wait_uploaded(local_lsn, left).await {
+        return Ok(());
+    }
+    Err(LocationError::NotUploaded {
+        tenant: tl.tenant_id,
+        timeline: tl.timeline_id,
+        local_lsn,
+        remote_lsn: client.remote_consistent_lsn(),
+        waited: started.elapsed(),
+    })
 }
 
 /// Claim `generation`; a stale one is a conflict naming both generations.
@@ -376,19 +402,15 @@ fn layer_names(ip: &IndexPart) -> Vec<LayerName> {
     ip.layers.keys().filter_map(|name| LayerName::parse(name)).collect()
 }
 
-/// Every timeline uploads an index under the new generation; the remote
-/// layers named in `layers` are prefetched.
-async fn after_attach(tenant: &Tenant, mut layers: HashMap<TimelineId, Vec<LayerName>>) {
-    let mut prefetch = Vec::new();
-    for tl in tenant.list_timelines() {
-        if let Err(e) = upload_hooks::schedule_index_upload(&tl).await {
-            let (t, l) = (tl.tenant_id, tl.timeline_id);
-            warn!("timeline {t}/{l}: index upload after attach failed: {e:#}");
-        }
+/// Prefetch the remote layers named in `layers` (the indexes under the new
+/// generation are on their way already: see the module comment).
+fn after_attach(tenant: &Tenant, mut layers: HashMap<TimelineId, Vec<LayerName>>) {
+    let timelines = tenant.list_timelines().into_iter();
+    let prefetch = timelines.map(|tl| {
         let names = layers.remove(&tl.timeline_id).unwrap_or_default();
-        prefetch.push((tl, names));
-    }
-    prefetch::spawn_prefetch(prefetch);
+        (tl, names)
+    });
+    prefetch::spawn_prefetch(prefetch.collect());
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ async fn creating_a_tenant_claims_generation_1_and_timelines_get_clients() {
     let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
     let client = tl.remote_client().expect("a remote client");
     assert_eq!((client.tenant_id, client.generation), (t.id(), Generation(1)));
+    uploaded(&tl).await;
     assert!(object(rdir.path(), &index_key(t.id(), tl.timeline_id, Generation(1))).exists());
     // A timeline id that exists in remote storage is refused.
     let other = mgr.create_tenant(TenantId::generate()).await.unwrap();
@@ -80,9 +81,11 @@ async fn delete_removes_remote_objects_unless_a_newer_generation_is_claimed() {
     let rs = remote(rdir.path());
     let mgr = pageserver(work.path(), Some(&rs)).await;
     let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
-    t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+    uploaded(&tl).await;
     let id = t.id();
-    drop(t);
+    drop((t, tl));
+    assert!(!walk(&rdir.path().join("tenants").join(id.to_string())).is_empty());
     mgr.delete_tenant(id).await.unwrap();
     let remote_dir = rdir.path().join("tenants").join(id.to_string());
     let left: Vec<_> = walk(&remote_dir);
@@ -90,6 +93,7 @@ async fn delete_removes_remote_objects_unless_a_newer_generation_is_claimed() {
 
     let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
     let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+    uploaded(&tl).await;
     let (id, tl_id) = (t.id(), tl.timeline_id);
     drop((t, tl));
     claim_generation(&rs, id, Generation(5)).await.unwrap(); // attached elsewhere

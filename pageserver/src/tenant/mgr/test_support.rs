@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use utils::id::{TenantId, TimelineId};
@@ -18,7 +19,7 @@ use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{claim_generation, index_key, Generation};
 use crate::tenant::storage_layer::LayerLevel;
 use crate::tenant::timeline::wal_source::WalSource;
-use crate::tenant::StorageConf;
+use crate::tenant::{StorageConf, Timeline};
 
 /// Remote storage in `root` (a local directory).
 pub fn remote(root: &Path) -> Arc<RemoteStorage> {
@@ -41,6 +42,24 @@ pub async fn pageserver(workdir: &Path, remote: Option<&Arc<RemoteStorage>>) -> 
     let mut conf = StorageConf::for_tests(workdir);
     conf.remote_storage = remote.cloned();
     TenantManager::load(Arc::new(conf), CancellationToken::new()).await.unwrap()
+}
+
+/// Wait (10 s at most) until `tl`'s upload queue has uploaded an index
+/// with everything it flushed.
+pub async fn uploaded(tl: &Timeline) {
+    let client = tl.remote_client().expect("a remote client");
+    let lsn = tl.get_disk_consistent_lsn();
+    let done = client.wait_uploaded(lsn, Duration::from_secs(10)).await;
+    assert!(done, "timeline {}/{}: {lsn} not uploaded", tl.tenant_id, tl.timeline_id);
+}
+
+/// Wait (10 s at most) until the upload queue writes `path`; asserts it.
+pub async fn appears(path: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{} was not written", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The file of object `key` in remote storage on `root`.

@@ -12,7 +12,6 @@ use super::{LocationError, LocationMode, LocationOutcome};
 use crate::tenant::attachment::{TenantFile, TENANT_FILE};
 use crate::tenant::metadata::{Decoded, TimelineMetadata};
 use crate::tenant::remote_timeline::{claim_generation, index_key, Generation};
-use crate::tenant::upload_hooks::UploadWaitError;
 use crate::tenant::value::image;
 use crate::tenant::TenantError;
 
@@ -74,8 +73,8 @@ async fn attach_builds_the_tenant_from_the_remote_manifest() {
     };
     assert_eq!(md, ip.to_metadata().unwrap());
     assert_eq!(tl.remote_client().unwrap().generation, Generation(2));
-    // The new generation has an index of its own at once.
-    assert!(object(rdir.path(), &index_key(t, tl_id, Generation(2))).exists());
+    // The new generation gets an index of its own at once.
+    appears(&object(rdir.path(), &index_key(t, tl_id, Generation(2)))).await;
     assert!(claim_file(rdir.path(), t, 2).exists());
     mgr.shutdown().await;
 }
@@ -91,6 +90,7 @@ async fn detach_keeps_the_remote_copy_and_another_pageserver_attaches_it() {
     let (id, tl_id) = (t.id(), tl.timeline_id);
     drop((t, tl));
 
+    // The detach waits for the new timeline's first index.
     assert!(matches!(
         a.set_location(id, LocationMode::Detached, WAIT).await,
         Ok(LocationOutcome::Detached)
@@ -145,7 +145,7 @@ async fn attach_with_the_same_generation_is_a_no_op_a_higher_one_reloads() {
     assert_eq!(tl.remote_client().unwrap().generation, Generation(3));
     let text = std::fs::read_to_string(tenant_dir(&work, id).join(TENANT_FILE)).unwrap();
     assert_eq!(text, r#"{"generation":3}"#);
-    assert!(object(rdir.path(), &index_key(id, tl_id, Generation(3))).exists());
+    appears(&object(rdir.path(), &index_key(id, tl_id, Generation(3)))).await;
 
     let msg = conflict(mgr.set_location(id, attached(2), WAIT).await);
     assert!(msg.contains("generation 3, above the requested generation 2"), "{msg}");
@@ -164,6 +164,7 @@ async fn detach_that_cannot_upload_keeps_the_tenant_attached() {
     let mgr = pageserver(work.path(), Some(&rs)).await;
     let t = mgr.create_tenant(TenantId::generate()).await.unwrap();
     let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+    uploaded(&tl).await; // nothing writes to the store below
     let mut w = tl.writer().await;
     w.put(Key::MIN, Lsn(0x18), &image(b"v")).await.unwrap();
     w.finish_write(Lsn(0x18));
@@ -173,14 +174,13 @@ async fn detach_that_cannot_upload_keeps_the_tenant_attached() {
     std::fs::write(&root, b"not a directory").unwrap();
 
     let r = mgr.set_location(t.id(), LocationMode::Detached, Duration::from_millis(300)).await;
-    let Err(e @ LocationError::NotUploaded { source: UploadWaitError::NotUploaded { .. }, .. }) = r
-    else {
+    let Err(e @ LocationError::NotUploaded { .. }) = r else {
         panic!("expected NotUploaded, got {:?}", r.err());
     };
     let msg = e.to_string();
-    let tl_name = format!("{}/{}", t.id(), tl.timeline_id);
+    let tl_name = format!("timeline {}/{} is flushed up to 0/18", t.id(), tl.timeline_id);
     assert!(msg.contains("stays attached") && msg.contains(&tl_name), "{msg}");
-    assert!(msg.contains("0/18") && msg.contains("only up to nothing"), "{msg}");
+    assert!(msg.contains("but remote storage has it only up to"), "{msg}");
     let still = mgr.get_timeline(t.id(), tl.timeline_id).unwrap();
     assert_eq!(&still.get(Key::MIN, Lsn(0x18)).await.unwrap()[..], b"v");
     assert!(tenant_dir(&work, t.id()).exists());
