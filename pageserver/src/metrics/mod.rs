@@ -112,6 +112,7 @@ mod tests {
             lag_seconds: 0.0,
             reported: Default::default(),
         }]);
+        super::remote::REMOTE_CONSISTENT_LSN.with_label_values(&["t", "tl"]).set(0);
         let registered: std::collections::BTreeSet<String> =
             prometheus::gather().iter().map(|f| f.get_name().to_string()).collect();
         let documented: std::collections::BTreeSet<String> =
