@@ -7,6 +7,7 @@
 //! being deleted `.___deleted`; start-up removes both, so a crash during
 //! creation or deletion leaves nothing half-made behind.
 
+pub mod eviction;
 pub mod lsn_by_time;
 pub mod metadata;
 pub mod mgr;

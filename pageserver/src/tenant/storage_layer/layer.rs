@@ -23,6 +23,10 @@
 //!   failed, get its error (a caller that arrives later tries again). An
 //!   eviction or deletion waits for a download in progress, and a download
 //!   for them: the layer is never half evicted or half downloaded.
+//! - Cancellation: a `get_resident` dropped mid-download (a read whose
+//!   client left) releases `transition` with the layer unchanged; the
+//!   download's temp file is removed by the next attempt or at start-up,
+//!   and the next caller downloads again.
 //! - Readers hold an `Arc<LayerFile>` for as long as they read. Eviction
 //!   and deletion unlink the local file and drop only the layer's handle:
 //!   the open descriptor keeps the data readable for those readers. (The

@@ -65,7 +65,7 @@ mod load;
 mod log_limit;
 mod read;
 mod rel_size_cache;
-mod residency;
+pub(crate) mod residency;
 pub mod wal_source;
 
 use wal_source::{ReceiverStatus, WalSource};

@@ -46,3 +46,8 @@ impl Timeline {
         self.resident_layers().iter().map(|l| l.file_size).sum()
     }
 }
+
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
