@@ -42,8 +42,12 @@ async fn the_least_recently_used_uploaded_layers_go_first_and_the_budget_holds()
     let total = tl.resident_bytes();
     let max = total - size(3) - size(0) / 2; // layers 3 and 0 must go
     let before = EVICTIONS.get();
-    let report =
-        evict_timelines_to_budget(&[tl.clone()], &budget(Some(max), None), rt.root.path()).await;
+    let report = evict_timelines_to_budget(
+        std::slice::from_ref(&tl),
+        &budget(Some(max), None),
+        rt.root.path(),
+    )
+    .await;
     assert_eq!(report.resident_bytes_before, total);
     assert_eq!(report.bytes_to_free, total - max);
     assert_eq!((report.layers_evicted, report.bytes_evicted), (2, size(3) + size(0)));
@@ -63,9 +67,12 @@ async fn within_budget_nothing_is_evicted() {
     let rt = disjoint_remote_timeline(2).await;
     let tl = rt.load().await;
     let total = tl.resident_bytes();
-    let report =
-        evict_timelines_to_budget(&[tl.clone()], &budget(Some(total), Some(1)), rt.root.path())
-            .await;
+    let report = evict_timelines_to_budget(
+        std::slice::from_ref(&tl),
+        &budget(Some(total), Some(1)),
+        rt.root.path(),
+    )
+    .await;
     assert!(report.avail_bytes_before.is_some_and(|b| b > 1), "{report:?}");
     assert_eq!((report.bytes_to_free, report.layers_evicted), (0, 0));
     assert!(report.within_budget);
@@ -78,9 +85,12 @@ async fn a_file_system_short_of_space_evicts_every_evictable_layer() {
     let rt = disjoint_remote_timeline(3).await;
     let tl = rt.load().await;
     write_disjoint_layers(&tl, 3, 1).await; // not uploaded
-    let report =
-        evict_timelines_to_budget(&[tl.clone()], &budget(None, Some(u64::MAX)), rt.root.path())
-            .await;
+    let report = evict_timelines_to_budget(
+        std::slice::from_ref(&tl),
+        &budget(None, Some(u64::MAX)),
+        rt.root.path(),
+    )
+    .await;
     assert_eq!(report.layers_evicted, 3);
     assert!(!report.within_budget, "the file system cannot free that much");
     let resident: Vec<String> = tl.resident_layers().iter().map(|l| l.name.to_string()).collect();
