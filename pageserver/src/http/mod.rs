@@ -214,6 +214,7 @@ async fn prometheus_metrics(State(state): State<HttpState>) -> Result<Response, 
     crate::walreceiver::refresh_metrics(&state.tenants);
     crate::metrics::storage::refresh_lease_count(&state.tenants);
     crate::metrics::compaction::refresh_layer_counts(&state.tenants);
+    crate::metrics::remote::refresh(&state.tenants);
     let in_flight = state.tenants.conf().io_engine.in_flight_ops();
     crate::metrics::storage::IO_ENGINE_IN_FLIGHT_OPS.set(in_flight as i64);
     let text = metrics::encode_text().map_err(ApiError::Internal)?;

@@ -95,6 +95,19 @@ pub fn record_upload(file_kind: &str, bytes: u64, took: Duration) {
     }
 }
 
+/// One `pageserver_remote_consistent_lsn` series per timeline with remote
+/// storage (series of timelines gone since are dropped).
+pub fn refresh(tenants: &crate::tenant::mgr::TenantManager) {
+    REMOTE_CONSISTENT_LSN.reset();
+    for tl in tenants.list_tenants().iter().flat_map(|t| t.list_timelines()) {
+        let Some(lsn) = tl.remote_client().and_then(|r| r.remote_consistent_lsn()) else {
+            continue;
+        };
+        let ids = [tl.tenant_id.to_string(), tl.timeline_id.to_string()];
+        REMOTE_CONSISTENT_LSN.with_label_values(&[&ids[0], &ids[1]]).set(lsn.0 as i64);
+    }
+}
+
 pub fn register() {
     for op in OPS {
         for kind in ["layer", "index"] {

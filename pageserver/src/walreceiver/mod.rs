@@ -14,8 +14,10 @@
 //! capped exponential backoff, logged once per attempt with the reason.
 //!
 //! Durability contract with the primary: the flush position reported is
-//! `disk_consistent_lsn`, so the slot never releases WAL that is not in
-//! layer files yet; a crash replays from there.
+//! `disk_consistent_lsn` (with remote storage: no more than
+//! `remote_consistent_lsn`), so the slot never releases WAL that is not in
+//! layer files (uploaded) yet; a crash, or an attach elsewhere, replays
+//! from there.
 
 pub mod bootstrap;
 mod session;

@@ -1,6 +1,7 @@
 //! Standby status updates: `write` = WAL received (fed to the decoder),
-//! `flush` = `disk_consistent_lsn` (in layer files: the slot may release WAL
-//! up to here, never beyond), `apply` = `last_record_lsn` (readable). Sent
+//! `flush` = `Timeline::durable_lsn` (`disk_consistent_lsn`, and with
+//! remote storage no more than `remote_consistent_lsn`: the slot may
+//! release WAL up to here, never beyond), `apply` = `last_record_lsn` (readable). Sent
 //! at least every `status_interval`, whenever the primary asks, and after
 //! every flush.
 
@@ -36,7 +37,7 @@ impl StatusReporter {
         reply_requested: bool,
     ) -> anyhow::Result<()> {
         let write = decoder.fed_lsn();
-        let flush = tl.get_disk_consistent_lsn();
+        let flush = tl.durable_lsn();
         let apply = tl.get_last_record_lsn();
         debug_assert!(flush <= apply && apply <= write, "{flush} <= {apply} <= {write}");
         stream.send_standby_status(write.0, flush.0, apply.0, reply_requested).await?;

@@ -4,18 +4,34 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use io_engine::IoEngine;
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
 
 use super::index_part::{IndexLayer, IndexPart};
+use super::upload::DueDeletion;
 use super::{layer_key, Generation};
+use crate::metrics::remote as metrics;
 use crate::remote_storage::{RemoteError, RemoteStorage};
+use crate::tenant::metadata::TimelineMetadata;
 use crate::tenant::storage_layer::LayerName;
+use crate::tenant::timeline::wal_source::WalSource;
+
+/// A manifest to make remote storage match (`upload.rs`).
+pub struct UploadTarget {
+    /// Increases with every target scheduled.
+    pub seq: u64,
+    pub md: TimelineMetadata,
+    pub wal_source: Option<WalSource>,
+}
 
 /// Attempts of one layer download (a corrupt or failed transfer is tried
 /// again) before the read that needs it gets the error.
@@ -35,6 +51,17 @@ pub struct RemoteTimelineClient {
     pub(super) uploaded: Mutex<BTreeMap<String, IndexLayer>>,
     /// The last index uploaded (or downloaded at attach), if any.
     pub(super) last_index: Mutex<Option<Arc<IndexPart>>>,
+    /// The newest manifest to upload; `seq` of the last one uploaded.
+    target: watch::Sender<Option<Arc<UploadTarget>>>,
+    next_seq: AtomicU64,
+    pub(super) uploaded_seq: AtomicU64,
+    /// Objects to delete once due (`upload.rs`, step 3).
+    pub(super) deletions: Mutex<Vec<DueDeletion>>,
+    /// Bytes of the target's layers not uploaded yet (backpressure).
+    pub(super) pending_bytes: AtomicU64,
+    pub(super) queue_space: Notify,
+    /// `disk_consistent_lsn` of the last index uploaded (or found at load).
+    pub(super) remote_consistent: watch::Sender<Option<Lsn>>,
 }
 
 impl RemoteTimelineClient {
@@ -50,6 +77,7 @@ impl RemoteTimelineClient {
         index: Option<IndexPart>,
     ) -> RemoteTimelineClient {
         let uploaded = index.as_ref().map(|ip| ip.layers.clone()).unwrap_or_default();
+        let remote_consistent = index.as_ref().map(|ip| ip.disk_consistent_lsn);
         RemoteTimelineClient {
             tenant_id: ids.0,
             timeline_id: ids.1,
@@ -59,7 +87,85 @@ impl RemoteTimelineClient {
             dir,
             uploaded: Mutex::new(uploaded),
             last_index: Mutex::new(index.map(Arc::new)),
+            target: watch::Sender::new(None),
+            next_seq: AtomicU64::new(1),
+            uploaded_seq: AtomicU64::new(0),
+            deletions: Mutex::new(Vec::new()),
+            pending_bytes: AtomicU64::new(0),
+            queue_space: Notify::new(),
+            remote_consistent: watch::Sender::new(remote_consistent),
         }
+    }
+
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub(super) fn engine(&self) -> &IoEngine {
+        &self.engine
+    }
+
+    pub(super) fn target_rx(&self) -> watch::Receiver<Option<Arc<UploadTarget>>> {
+        self.target.subscribe()
+    }
+
+    /// Make remote storage match `md` (just written as the local manifest)
+    /// and `wal_source`: replaces any target not yet uploaded.
+    pub fn schedule_index_upload(&self, md: TimelineMetadata, wal_source: Option<WalSource>) {
+        let seq = self.next_seq.fetch_add(1, Ordering::AcqRel);
+        self.target.send_replace(Some(Arc::new(UploadTarget { seq, md, wal_source })));
+        self.update_pending();
+    }
+
+    pub(super) fn set_remote_consistent_lsn(&self, lsn: Lsn) {
+        self.remote_consistent.send_modify(|l| *l = Some(l.map_or(lsn, |old| old.max(lsn))));
+    }
+
+    /// Bytes of layer files waiting for upload.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending_bytes.load(Ordering::Acquire)
+    }
+
+    /// Wait while the upload queue holds more than `upload_queue_size`
+    /// bytes (backpressure for flushes); returns how long it waited.
+    pub async fn wait_for_queue_space(&self, cancel: &CancellationToken) -> Duration {
+        let started = Instant::now();
+        let limit = self.storage.conf().upload_queue_bytes;
+        let mut logged = false;
+        loop {
+            let space = self.queue_space.notified();
+            if self.pending_bytes() <= limit || cancel.is_cancelled() {
+                break;
+            }
+            if !logged {
+                warn!(
+                    "upload queue of {}/{} is full ({} bytes waiting, upload_queue_size {limit}): \
+                     flushes wait for remote storage",
+                    self.tenant_id,
+                    self.timeline_id,
+                    self.pending_bytes()
+                );
+                logged = true;
+            }
+            tokio::select! {
+                _ = space => {}
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+        let waited = started.elapsed();
+        if logged {
+            metrics::UPLOAD_QUEUE_WAIT.inc_by(waited.as_micros() as u64);
+        }
+        waited
+    }
+
+    /// Wait until an index with `disk_consistent_lsn >= lsn` is uploaded,
+    /// at most `timeout`; returns whether it was.
+    pub async fn wait_uploaded(&self, lsn: Lsn, timeout: Duration) -> bool {
+        let mut rx = self.remote_consistent.subscribe();
+        let reached = async { rx.wait_for(|l| l.is_some_and(|l| l >= lsn)).await.is_ok() };
+        tokio::time::timeout(timeout, reached).await.unwrap_or(false)
     }
 
     pub fn storage(&self) -> &Arc<RemoteStorage> {
@@ -116,7 +222,13 @@ impl RemoteTimelineClient {
         let started = std::time::Instant::now();
         let got =
             self.storage.download_file(&self.engine, key, local, Some(remote.check())).await?;
-        crate::metrics::remote::record_download(got.size_bytes, started.elapsed());
+        metrics::record_download(got.size_bytes, started.elapsed());
         Ok(())
+    }
+}
+
+impl Drop for RemoteTimelineClient {
+    fn drop(&mut self) {
+        metrics::UPLOAD_QUEUE_BYTES.sub(*self.pending_bytes.get_mut() as i64);
     }
 }

@@ -24,6 +24,7 @@
 
 pub mod client;
 pub mod index_part;
+mod upload;
 
 use std::fmt;
 
@@ -193,3 +194,6 @@ pub async fn download_newest_index(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod upload_tests;

@@ -7,6 +7,9 @@
 //! the layer map in place of the frozen layer (a new L0 stratum), then
 //! persist the manifest with the new `disk_consistent_lsn`. A failed flush
 //! is retried; ingest waits (backpressure) rather than lose anything.
+//! With remote storage, every manifest written becomes the upload queue's
+//! target (`remote_timeline/upload.rs`), and a flush first waits while
+//! that queue is full.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -97,6 +100,9 @@ impl Timeline {
         loop {
             let Some(layer) = self.layers.read().unwrap().oldest_frozen() else { break };
             self.wait_for_l0_backpressure().await;
+            if let Some(remote) = &self.remote {
+                remote.wait_for_queue_space(&self.cancel).await;
+            }
             let started = Instant::now();
             failpoint("flush::before-write-layer")?;
             let l0 = LayerFile::write_from_inmemory(
@@ -171,6 +177,9 @@ impl Timeline {
         };
         load::check_manifest(&md).context("the manifest about to be written is invalid")?;
         md.persist(&self.conf.io_engine, &self.dir).await?;
+        if let Some(remote) = &self.remote {
+            remote.schedule_index_upload(md, self.wal_source());
+        }
         failpoint("flush::after-metadata")?;
         self.flush_state.send_modify(|s| {
             s.disk_consistent_lsn = lsn;

@@ -241,7 +241,7 @@ impl Timeline {
             min_readable_lsn: AtomicU64::new(readable_from(md.initial_lsn, &wal_source).0),
             gc_cutoff: AtomicU64::new(md.gc_cutoff.0),
             manifest_write: tokio::sync::Mutex::new(()),
-            lsn_by_time: Mutex::new(md.lsn_by_time),
+            lsn_by_time: Mutex::new(md.lsn_by_time.clone()),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
             last_records: Mutex::new(std::collections::VecDeque::new()),
@@ -261,6 +261,13 @@ impl Timeline {
         let background = crate::background::handle();
         tl.tasks.spawn_on(tl.clone().compaction_loop().instrument(span.clone()), background);
         tl.tasks.spawn_on(tl.clone().gc_loop().instrument(span.clone()), background);
+        if let Some(remote) = &tl.remote {
+            // Remote storage catches up with the manifest as loaded (after a
+            // restart, or under a new generation after an attach).
+            remote.schedule_index_upload(md, tl.wal_source());
+            let upload = remote.clone().upload_loop(tl.cancel.clone());
+            tl.tasks.spawn_on(upload.instrument(span.clone()), background);
+        }
         tl.tasks.spawn(tl.clone().checkpoint_timeout_loop().instrument(span));
         Ok(tl)
     }
@@ -350,11 +357,28 @@ impl Timeline {
             Some(s) => s.persist(&self.conf.io_engine, &self.dir).await?,
             None => WalSource::remove(&self.conf.io_engine, &self.dir).await?,
         }
-        let mut current = self.wal_source.lock().unwrap();
-        let floor = readable_from(self.initial_lsn, &source);
-        self.min_readable_lsn.store(floor.0, Ordering::Release);
-        *current = source;
+        {
+            let mut current = self.wal_source.lock().unwrap();
+            let floor = readable_from(self.initial_lsn, &source);
+            self.min_readable_lsn.store(floor.0, Ordering::Release);
+            *current = source;
+        }
+        if self.remote.is_some() {
+            self.persist_manifest().await?; // the remote index carries the source
+        }
         Ok(())
+    }
+
+    /// The highest LSN up to which everything is durable: on local disk
+    /// (`disk_consistent_lsn`) and, with remote storage, in an uploaded
+    /// index (`remote_consistent_lsn`; 0 before the first upload). The WAL
+    /// receiver lets the primary release WAL only up to here.
+    pub fn durable_lsn(&self) -> Lsn {
+        let disk = self.get_disk_consistent_lsn();
+        match &self.remote {
+            None => disk,
+            Some(r) => disk.min(r.remote_consistent_lsn().unwrap_or(Lsn(0))),
+        }
     }
 
     /// The timeline's remote storage link (none without remote storage).

@@ -1,0 +1,264 @@
+//! The upload queue of one timeline: after every local manifest write
+//! (flush, compaction, image creation, GC), the manifest becomes the
+//! upload *target*; one task per timeline makes remote storage match it.
+//!
+//! Order, per target (the contract remote durability rests on):
+//! 1. upload every layer the target lists that remote storage lacks, as
+//!    `<name>-<own generation>` (`concurrency` at a time);
+//! 2. upload `index_part.json-<own generation>` listing exactly the
+//!    target's layers; only now is `remote_consistent_lsn` the target's
+//!    `disk_consistent_lsn`;
+//! 3. objects no index lists any more (replaced layers, and layers uploaded
+//!    for a target that was superseded before its index) are queued for
+//!    deletion after `deletion_delay`; when due, they are deleted only if
+//!    no newer generation has been claimed (`mod.rs`), and never objects
+//!    of a newer generation.
+//!
+//! Targets coalesce: while one is being uploaded, newer ones replace each
+//! other, and the task moves on to the newest (a layer of a skipped
+//! target that is gone locally is not needed). Failures are retried with
+//! capped backoff (0.1 s doubling to 10 s), forever: nothing is dropped.
+//!
+//! Backpressure: `pending_bytes` is the size of the target's layers not
+//! yet uploaded. A flush waits (`wait_for_queue_space`) while it is above
+//! `upload_queue_size`, so with the object store down ingest goes on until
+//! the queue is full, then frozen layers fill the in-memory budget and
+//! ingest waits; nothing acknowledged is dropped.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use utils::lsn::Lsn;
+
+use super::client::{RemoteTimelineClient, UploadTarget};
+use super::index_part::{IndexLayer, IndexPart};
+use super::{index_key, newest_generation, Generation};
+use crate::metrics::remote as metrics;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Objects of one index that the next index no longer lists.
+pub(super) struct DueDeletion {
+    pub due: Instant,
+    pub objects: Vec<(String, Generation)>,
+}
+
+impl RemoteTimelineClient {
+    /// The upload task: runs until `cancel` fires.
+    pub async fn upload_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let mut rx = self.target_rx();
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            let target = rx.borrow_and_update().clone();
+            let uploaded_seq = self.uploaded_seq.load(Ordering::Acquire);
+            let work = match target {
+                Some(t) if t.seq > uploaded_seq => self.upload_target(&t, &cancel).await,
+                _ => self.run_due_deletions().await,
+            };
+            let wait = match work {
+                Ok(()) => {
+                    backoff = MIN_BACKOFF;
+                    self.until_next_deletion()
+                }
+                Err(e) => {
+                    metrics::OPERATION_ERRORS.with_label_values(&["upload"]).inc();
+                    if cancel.is_cancelled() {
+                        return;
+                    }
+                    warn!("remote upload failed, retrying in {backoff:?}: {e:#}");
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    Some(wait)
+                }
+            };
+            let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = rx.changed() => if r.is_err() { return },
+                _ = sleep => {}
+            }
+        }
+    }
+
+    /// Steps 1-3 of the module comment for `target`.
+    async fn upload_target(
+        &self,
+        target: &UploadTarget,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let missing: Vec<(String, u64)> = {
+            let uploaded = self.uploaded.lock().unwrap();
+            let missing = target
+                .md
+                .layers
+                .iter()
+                .filter(|l| uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes));
+            missing.map(|l| (l.name.clone(), l.size_bytes)).collect()
+        };
+        let concurrency = self.storage().conf().concurrency;
+        let uploads = futures::stream::iter(missing.into_iter().map(|(name, size)| async move {
+            anyhow::ensure!(!cancel.is_cancelled(), "the timeline is shutting down");
+            if self.superseded(target) {
+                return Ok(()); // the newest target is uploaded next instead
+            }
+            self.upload_layer(&name, size, target).await
+        }))
+        .buffer_unordered(concurrency);
+        let results: Vec<anyhow::Result<()>> = uploads.collect().await;
+        results.into_iter().collect::<anyhow::Result<()>>()?;
+        if self.superseded(target) {
+            return Ok(());
+        }
+        self.upload_index(target).await
+    }
+
+    fn superseded(&self, target: &UploadTarget) -> bool {
+        self.target_rx().borrow().as_ref().is_some_and(|t| t.seq > target.seq)
+    }
+
+    async fn upload_layer(
+        &self,
+        name: &str,
+        size: u64,
+        target: &UploadTarget,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let key = self.object_key(name, self.generation);
+        let local = self.dir().join(name);
+        let got = match self.storage().upload_file(self.engine(), &local, &key).await {
+            Ok(got) => got,
+            // Replaced and deleted locally since: the newer target does not
+            // list it (or the error stands and is retried).
+            Err(_) if self.superseded(target) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        anyhow::ensure!(
+            got.size_bytes == size,
+            "layer file {} is {} bytes, the manifest says {size}",
+            local.display(),
+            got.size_bytes
+        );
+        metrics::record_upload("layer", size, started.elapsed());
+        let level = target.md.layers.iter().find(|l| l.name == name).expect("listed").level;
+        let layer = IndexLayer {
+            level: level.into(),
+            file_size: size,
+            crc32c: got.crc32c,
+            generation: self.generation,
+        };
+        self.uploaded.lock().unwrap().insert(name.to_string(), layer);
+        self.update_pending();
+        Ok(())
+    }
+
+    /// Step 2, then step 3's queueing.
+    async fn upload_index(&self, target: &UploadTarget) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let index = {
+            let uploaded = self.uploaded.lock().unwrap();
+            IndexPart::new(self.generation, &target.md, &uploaded, target.wal_source.clone())
+        };
+        let key = index_key(self.tenant_id, self.timeline_id, self.generation);
+        self.storage().put(&key, index.to_json().into()).await?;
+        metrics::record_upload("index", 0, started.elapsed());
+        let unlisted: Vec<(String, Generation)> = {
+            let mut uploaded = self.uploaded.lock().unwrap();
+            let gone: Vec<String> =
+                uploaded.keys().filter(|n| !index.layers.contains_key(*n)).cloned().collect();
+            gone.into_iter()
+                .map(|n| {
+                    let g = uploaded.remove(&n).expect("listed").generation;
+                    (n, g)
+                })
+                .collect()
+        };
+        if !unlisted.is_empty() {
+            let due = Instant::now() + self.storage().conf().deletion_delay;
+            self.deletions.lock().unwrap().push(DueDeletion { due, objects: unlisted });
+        }
+        let lsn = index.disk_consistent_lsn;
+        *self.last_index.lock().unwrap() = Some(Arc::new(index));
+        self.uploaded_seq.store(target.seq, Ordering::Release);
+        self.set_remote_consistent_lsn(lsn);
+        self.update_pending();
+        Ok(())
+    }
+
+    /// When the next queued deletion is due (`None`: none queued).
+    fn until_next_deletion(&self) -> Option<Duration> {
+        let deletions = self.deletions.lock().unwrap();
+        let next = deletions.iter().map(|d| d.due).min()?;
+        Some(next.saturating_duration_since(Instant::now()))
+    }
+
+    /// Step 3's deletions that are due, if no newer generation exists.
+    async fn run_due_deletions(&self) -> anyhow::Result<()> {
+        let now = Instant::now();
+        let due: Vec<(String, Generation)> = {
+            let deletions = self.deletions.lock().unwrap();
+            let due = deletions.iter().filter(|d| d.due <= now);
+            due.flat_map(|d| d.objects.iter().cloned()).collect()
+        };
+        if due.is_empty() {
+            return Ok(());
+        }
+        let newest = newest_generation(self.storage(), self.tenant_id).await?;
+        let stale = newest.is_some_and(|n| n > self.generation);
+        if stale {
+            info!(
+                "generation {} of tenant {} is attached elsewhere: not deleting {} replaced objects",
+                newest.expect("stale"),
+                self.tenant_id,
+                due.len()
+            );
+        } else {
+            for (name, generation) in &due {
+                assert!(*generation <= self.generation, "{name}: an object of a newer generation");
+                let started = Instant::now();
+                let key = self.object_key(name, *generation);
+                if let Err(e) = self.storage().delete(&key).await {
+                    metrics::OPERATION_ERRORS.with_label_values(&["delete"]).inc();
+                    return Err(e.into()); // retried; deleted ones are gone already
+                }
+                let took = started.elapsed().as_secs_f64();
+                metrics::OPERATION_SECONDS.with_label_values(&["layer", "delete"]).observe(took);
+            }
+        }
+        self.deletions.lock().unwrap().retain(|d| d.due > now);
+        Ok(())
+    }
+
+    /// Recompute the target's bytes not yet uploaded, and wake waiters.
+    pub(super) fn update_pending(&self) {
+        let pending = match self.target_rx().borrow().as_ref() {
+            None => 0,
+            Some(t) => {
+                let uploaded = self.uploaded.lock().unwrap();
+                let missing =
+                    t.md.layers.iter().filter(|l| {
+                        uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes)
+                    });
+                missing.map(|l| l.size_bytes).sum()
+            }
+        };
+        let before = self.pending_bytes.swap(pending, Ordering::AcqRel);
+        metrics::UPLOAD_QUEUE_BYTES.add(pending as i64 - before as i64);
+        self.queue_space.notify_waiters();
+    }
+
+    /// Layers the uploaded index lists (a copy), for tests and the API.
+    pub fn uploaded_layers(&self) -> BTreeMap<String, IndexLayer> {
+        let last = self.last_index.lock().unwrap();
+        last.as_ref().map(|ip| ip.layers.clone()).unwrap_or_default()
+    }
+
+    pub fn remote_consistent_lsn(&self) -> Option<Lsn> {
+        *self.remote_consistent.borrow()
+    }
+}

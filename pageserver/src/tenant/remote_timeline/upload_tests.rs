@@ -1,0 +1,181 @@
+//! The upload queue on a real timeline, against remote storage in a local
+//! directory: what is uploaded when, deletions and generations,
+//! backpressure while the store is down.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pageserver_api::key::Key;
+use tokio_util::sync::CancellationToken;
+use utils::id::{TenantId, TimelineId};
+use utils::lsn::Lsn;
+
+use super::client::RemoteTimelineClient;
+use super::*;
+use crate::remote_storage::RemoteStorageToml;
+use crate::tenant::metadata::TimelineMetadata;
+use crate::tenant::timeline::compaction::CompactOptions;
+use crate::tenant::value::image;
+use crate::tenant::{Globals, StorageConf, Timeline};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    remote_root: PathBuf,
+    rs: Arc<RemoteStorage>,
+    tl: Arc<Timeline>,
+}
+
+fn storage(root: &Path, extra: &str) -> Arc<RemoteStorage> {
+    let text = format!("local_path = '{}'\ndeletion_delay = '0s'\n{extra}", root.display());
+    let t: RemoteStorageToml = toml::from_str(&text).unwrap();
+    Arc::new(RemoteStorage::new(t.validate().unwrap()).unwrap())
+}
+
+/// A new timeline at generation 1 with remote storage (`extra`: more
+/// `remote_storage` keys).
+async fn fixture(extra: &str) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let remote_root = dir.path().join("remote");
+    let rs = storage(&remote_root, extra);
+    let mut conf = StorageConf::for_tests(dir.path());
+    conf.compaction.compaction_period = Duration::ZERO;
+    let conf = Arc::new(conf);
+    let (t, id) = (TenantId::generate(), TimelineId::generate());
+    let tl_dir = dir.path().join("timeline");
+    Timeline::create_on_disk(&conf, &tl_dir, &TimelineMetadata::new_empty(Lsn(0x10), 16))
+        .await
+        .unwrap();
+    claim_generation(&rs, t, Generation(1)).await.unwrap();
+    let engine = conf.io_engine.clone();
+    let client =
+        RemoteTimelineClient::new(rs.clone(), engine, (t, id), Generation(1), tl_dir.clone(), None);
+    let globals = Arc::new(Globals::default());
+    let cancel = CancellationToken::new();
+    let tl =
+        Timeline::load(conf, globals, t, id, tl_dir, cancel, Some(Arc::new(client))).await.unwrap();
+    Fixture { _dir: dir, remote_root, rs, tl }
+}
+
+/// Write one value per key of `keys` at `lsn` and flush.
+async fn write_and_flush(tl: &Timeline, keys: std::ops::Range<u32>, lsn: u64) {
+    let mut w = tl.writer().await;
+    for k in keys {
+        w.put(Key::MIN.add(k), Lsn(lsn), &image(format!("{k}@{lsn}").as_bytes())).await.unwrap();
+    }
+    w.finish_write(Lsn(lsn));
+    drop(w);
+    tl.freeze_and_flush().await.unwrap();
+}
+
+async fn layer_objects(rs: &RemoteStorage, tl: &Timeline) -> Vec<String> {
+    let listed = rs.list(&timeline_prefix(tl.tenant_id, tl.timeline_id)).await.unwrap();
+    let names = listed.into_iter().filter_map(|o| {
+        let file = o.key.rsplit('/').next()?.to_string();
+        matches!(TimelineObject::parse(&file), Some(TimelineObject::Layer(..))).then_some(file)
+    });
+    let mut v: Vec<_> = names.collect();
+    v.sort();
+    v
+}
+
+/// The layers the local manifest lists.
+async fn local_layers(tl: &Timeline) -> Vec<String> {
+    let decoded = TimelineMetadata::load(&tl.conf().io_engine, tl.dir()).await.unwrap();
+    let crate::tenant::metadata::Decoded::Manifest(md) = decoded else { panic!("a v3 manifest") };
+    let mut v: Vec<_> = md.layers.into_iter().map(|l| l.name).collect();
+    v.sort();
+    v
+}
+
+async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    for _ in 0..200 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+#[tokio::test]
+async fn a_flush_uploads_its_layer_then_the_index() {
+    let f = fixture("").await;
+    assert!(f.tl.durable_lsn() <= Lsn(0x10));
+    write_and_flush(&f.tl, 0..100, 0x20).await;
+    let dcl = f.tl.get_disk_consistent_lsn();
+    let remote = f.tl.remote_client().unwrap().clone();
+    assert!(remote.wait_uploaded(dcl, Duration::from_secs(10)).await, "uploaded");
+    assert_eq!(f.tl.durable_lsn(), dcl);
+    let ip = download_newest_index(&f.rs, f.tl.tenant_id, f.tl.timeline_id, Generation(1))
+        .await
+        .unwrap()
+        .expect("an index");
+    assert_eq!(ip.disk_consistent_lsn, dcl);
+    let names: Vec<_> = ip.layers.keys().cloned().collect();
+    assert_eq!(names, local_layers(&f.tl).await);
+    let (name, l) = ip.layers.iter().next().unwrap();
+    let bytes = std::fs::read(f.tl.dir().join(name)).unwrap();
+    assert_eq!((l.file_size, l.crc32c), (bytes.len() as u64, crc32c::crc32c(&bytes)));
+    assert_eq!(layer_objects(&f.rs, &f.tl).await, vec![format!("{name}-00000001")]);
+    f.tl.shutdown(false, Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn replaced_layers_are_deleted_unless_a_newer_generation_exists() {
+    for newer_claimed in [false, true] {
+        let f = fixture("").await;
+        for i in 0..3u64 {
+            write_and_flush(&f.tl, 0..50, 0x20 + i * 0x10).await;
+        }
+        let remote = f.tl.remote_client().unwrap().clone();
+        let tl = f.tl.clone();
+        eventually("3 L0s uploaded", async || remote.uploaded_layers().len() == 3).await;
+        if newer_claimed {
+            claim_generation(&f.rs, tl.tenant_id, Generation(2)).await.unwrap();
+        }
+        let opts = CompactOptions { force_l0_compaction: true, ..Default::default() };
+        tl.compact(opts).await.unwrap();
+        let want = local_layers(&tl).await;
+        eventually("the index lists the L1s", async || {
+            remote.uploaded_layers().keys().cloned().collect::<Vec<_>>() == want
+        })
+        .await;
+        let rs = f.rs.clone();
+        let expect = if newer_claimed { 3 + want.len() } else { want.len() };
+        eventually("replaced objects handled", async || {
+            layer_objects(&rs, &tl).await.len() == expect
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(layer_objects(&rs, &tl).await.len(), expect, "newer: {newer_claimed}");
+        tl.shutdown(false, Duration::ZERO).await;
+    }
+}
+
+#[tokio::test]
+async fn flushes_wait_for_a_full_queue_while_the_store_is_down() {
+    let f = fixture("upload_queue_size = 1").await;
+    write_and_flush(&f.tl, 0..10, 0x20).await;
+    let remote = f.tl.remote_client().unwrap().clone();
+    assert!(remote.wait_uploaded(f.tl.get_disk_consistent_lsn(), Duration::from_secs(10)).await);
+    // The store goes away: its root becomes a file.
+    std::fs::remove_dir_all(&f.remote_root).unwrap();
+    std::fs::write(&f.remote_root, b"not a directory").unwrap();
+    write_and_flush(&f.tl, 0..10, 0x30).await; // queue was empty: this flush goes through
+    assert!(remote.pending_bytes() > 0);
+    let stalled = tokio::time::timeout(Duration::from_millis(1500), async {
+        write_and_flush(&f.tl, 0..10, 0x40).await;
+    })
+    .await;
+    assert!(stalled.is_err(), "a flush went past a full upload queue");
+    assert_eq!(f.tl.durable_lsn(), Lsn(0x20), "the slot may not move past the remote copy");
+    // The store comes back: everything is uploaded, the flush finishes.
+    std::fs::remove_file(&f.remote_root).unwrap();
+    std::fs::create_dir_all(&f.remote_root).unwrap();
+    f.tl.freeze_and_flush().await.unwrap();
+    assert!(remote.wait_uploaded(Lsn(0x40), Duration::from_secs(30)).await);
+    assert_eq!(remote.pending_bytes(), 0);
+    assert_eq!(&f.tl.get(Key::MIN.add(3), Lsn(0x40)).await.unwrap()[..], b"3@64");
+    f.tl.shutdown(false, Duration::ZERO).await;
+}
