@@ -32,7 +32,8 @@ fn budget(max_resident_bytes: Option<u64>, min_avail_bytes: Option<u64>) -> Evic
 async fn the_least_recently_used_uploaded_layers_go_first_and_the_budget_holds() {
     let rt = disjoint_remote_timeline(5).await;
     let tl = rt.load().await;
-    // Layer 5 is the least recently used, but not uploaded.
+    // Layer 5 is the least recently used, but not uploaded (the store is down).
+    rt.store_down();
     write_disjoint_layers(&tl, 5, 1).await;
     for l in [3, 0, 4, 1, 2] {
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -57,6 +58,7 @@ async fn the_least_recently_used_uploaded_layers_go_first_and_the_budget_holds()
     assert_eq!(resident, [false, true, true, false, true, true]);
     assert!(tl.resident_bytes() <= max);
     // Evicted layers read again (downloaded).
+    rt.store_up();
     read_layer(&tl, 3).await;
     read_layer(&tl, 0).await;
     tl.shutdown(false, Duration::ZERO).await;
@@ -84,6 +86,7 @@ async fn within_budget_nothing_is_evicted() {
 async fn a_file_system_short_of_space_evicts_every_evictable_layer() {
     let rt = disjoint_remote_timeline(3).await;
     let tl = rt.load().await;
+    rt.store_down();
     write_disjoint_layers(&tl, 3, 1).await; // not uploaded
     let report = evict_timelines_to_budget(
         std::slice::from_ref(&tl),
@@ -95,6 +98,7 @@ async fn a_file_system_short_of_space_evicts_every_evictable_layer() {
     assert!(!report.within_budget, "the file system cannot free that much");
     let resident: Vec<String> = tl.resident_layers().iter().map(|l| l.name.to_string()).collect();
     assert_eq!(resident, vec![layer_of(&tl, 3).name.to_string()]);
+    rt.store_up();
     for l in 0..4 {
         read_layer(&tl, l).await;
     }

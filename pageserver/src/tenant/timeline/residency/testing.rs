@@ -139,6 +139,19 @@ impl RemoteTimeline {
         }
     }
 
+    /// The store goes away (its root becomes a file, its objects are set
+    /// aside): uploads and downloads fail until [`Self::store_up`].
+    pub(crate) fn store_down(&self) {
+        std::fs::rename(&self.remote_root, self.root.path().join("remote.down")).unwrap();
+        std::fs::write(&self.remote_root, b"not a directory").unwrap();
+    }
+
+    /// The store comes back with its objects.
+    pub(crate) fn store_up(&self) {
+        std::fs::remove_file(&self.remote_root).unwrap();
+        std::fs::rename(self.root.path().join("remote.down"), &self.remote_root).unwrap();
+    }
+
     /// Where remote storage keeps layer `name`.
     pub(crate) fn object(&self, name: &str) -> PathBuf {
         testing::object_path(&self.remote_root, self.ids, name)

@@ -259,12 +259,13 @@ async fn a_missing_local_file_needs_a_remote_copy_of_its_size() {
     tl.shutdown(false, std::time::Duration::ZERO).await;
 }
 
-/// A layer flushed after the client's index was made is resident and not
-/// evictable (not uploaded).
+/// A layer flushed while the store is down is resident and not evictable;
+/// once the upload queue uploaded it, it is evicted and downloaded again.
 #[tokio::test]
-async fn new_layers_are_resident_and_not_evictable_until_uploaded() {
+async fn new_layers_become_evictable_once_uploaded() {
     let rt = disjoint_remote_timeline(1).await;
     let tl = rt.load().await;
+    rt.store_down();
     write_disjoint_layers(&tl, 1, 1).await;
     let layers = tl.historic_layers();
     assert_eq!(layers.len(), 2);
@@ -273,5 +274,11 @@ async fn new_layers_are_resident_and_not_evictable_until_uploaded() {
     let newest = layers.iter().find(|l| client.uploaded_layer(&l.name.to_string()).is_none());
     let newest = newest.expect("one layer is not uploaded");
     assert!(!newest.is_evictable() && !newest.evict().await);
+    rt.store_up();
+    let lsn = tl.get_disk_consistent_lsn();
+    assert!(client.wait_uploaded(lsn, std::time::Duration::from_secs(30)).await);
+    assert!(newest.is_evictable() && newest.evict().await);
+    check_page(&tl, 1, KEYS_PER_LAYER + 3).await;
+    assert!(newest.is_resident(), "downloaded the queue's upload");
     tl.shutdown(false, std::time::Duration::ZERO).await;
 }
