@@ -16,6 +16,7 @@
 //! the whole new timeline).
 
 pub mod attachment;
+pub mod eviction;
 pub mod lsn_by_time;
 pub mod metadata;
 pub mod mgr;
@@ -229,6 +230,10 @@ pub enum PageReconstructError {
         #[source]
         source: storage_layer::layer_file::LayerReadError,
     },
+    /// A layer only in remote storage could not be downloaded (or opened
+    /// after it), or was replaced meanwhile; the error names it and the cause.
+    #[error(transparent)]
+    LayerAccess(#[from] storage_layer::layer::LayerAccessError),
     #[error("IO error reading layer {layer}: {source}")]
     Io {
         layer: String,

@@ -13,6 +13,13 @@
 //! concurrently, so their block reads are in flight together. A query
 //! whose index read fails gets that error (naming the layer); the others
 //! go on.
+//! A historic layer that is not resident (only in remote storage, or
+//! evicted) is like a missing index block: the memory-only pass stops
+//! there, and the second pass downloads it (`Layer::get_resident`; one
+//! download per layer, however many queries need it). A plan holds the
+//! open `LayerFile` it planned with, so its chunk reads read that file even
+//! if the layer is evicted meanwhile (the descriptor stays open). A layer
+//! that cannot be downloaded fails only the queries that need it.
 //! A query below the snapshot's GC cutoff is refused: its history may be
 //! gone. Per layer, each needed value becomes a
 //! range aligned to the layer's read alignment (512 bytes through the page
@@ -41,6 +48,8 @@ use smallvec::SmallVec;
 use utils::lsn::Lsn;
 
 use super::reconstruct::reconstruct;
+use super::storage_layer::inmemory_layer::InMemoryLayer;
+use super::storage_layer::layer_file::LayerFile;
 use super::storage_layer::layer_map::{ReadSnapshot, ReadableLayer};
 use super::storage_layer::BlobRef;
 use super::value::Value;
@@ -89,6 +98,33 @@ pub struct ReadStats {
     pub values: usize,
     pub chunks: usize,
     pub bytes: u64,
+}
+
+/// A layer a plan reads: in memory, or an open layer file (held, so an
+/// eviction after planning does not affect the read).
+#[derive(Clone)]
+enum PlannedLayer {
+    InMemory(Arc<InMemoryLayer>),
+    File(Arc<LayerFile>),
+}
+
+impl PlannedLayer {
+    /// The layer's identity (its allocation), for deduplication.
+    fn id(&self) -> usize {
+        match self {
+            PlannedLayer::InMemory(l) => Arc::as_ptr(l) as *const u8 as usize,
+            PlannedLayer::File(l) => Arc::as_ptr(l) as *const u8 as usize,
+        }
+    }
+
+    /// The layer as errors name it: the file name, or the in-memory
+    /// layer's LSN start.
+    fn describe(&self) -> String {
+        match self {
+            PlannedLayer::InMemory(l) => format!("in-memory layer from {}", l.start_lsn),
+            PlannedLayer::File(l) => l.name.to_string(),
+        }
+    }
 }
 
 /// One chunk read: of a layer file (batched), or any other (an in-memory
@@ -146,7 +182,7 @@ pub async fn read(
         plans[i] = Some(p.expect("planning with reads always finishes"));
     }
     let plans = plans.into_iter().map(|p| p.expect("every query is planned"));
-    let mut layers: Vec<ReadableLayer> = Vec::new();
+    let mut layers: Vec<PlannedLayer> = Vec::new();
     let mut layer_index: HashMap<usize, usize> = HashMap::new();
     for (q, p) in uniq.iter_mut().zip(plans) {
         let (walked, complete) = match p {
@@ -181,8 +217,8 @@ pub async fn read(
             continue;
         }
         let (limit, align) = match &layers[li] {
-            ReadableLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
-            ReadableLayer::Historic(l) => (u64::MAX, l.read_align()),
+            PlannedLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
+            PlannedLayer::File(l) => (u64::MAX, l.read_align()),
         };
         chunks.extend(coalesce(ranges, limit, align).into_iter().map(|r| (li, r)));
     }
@@ -191,8 +227,8 @@ pub async fn read(
     let reads = chunks.iter().map(|(li, r)| {
         let len = (r.end - r.start) as usize;
         match &layers[*li] {
-            ReadableLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
-            ReadableLayer::Historic(l) => ChunkRead::File(l.chunk_read(r.start, len)),
+            PlannedLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
+            PlannedLayer::File(l) => ChunkRead::File(l.chunk_read(r.start, len)),
         }
     });
     let bufs = read_bounded(engine, reads.collect(), limits).await;
@@ -244,7 +280,7 @@ pub async fn read(
 
 /// A query's plan before the layers are numbered: (layer, LSN, location),
 /// newest first.
-type WalkPlan = SmallVec<[(ReadableLayer, Lsn, BlobRef); 2]>;
+type WalkPlan = SmallVec<[(PlannedLayer, Lsn, BlobRef); 2]>;
 
 /// What planning one query gives: its values (layers not yet numbered)
 /// and whether they reach one that initializes the page.
@@ -253,9 +289,10 @@ type PlanResult = Result<(WalkPlan, bool), PageReconstructError>;
 /// Plan one query: walk the snapshot's layers for `key` newest first,
 /// collecting its values above each layer's floor until one that
 /// initializes the page (`complete`), or the walk ends. With `cached_only`,
-/// a layer file's index blocks come from the block cache only: then this
-/// never waits, and is `None` when a block is missing. The layers visited
-/// are counted (`pageserver_layers_visited_per_read`).
+/// a layer file's index blocks come from the block cache only and only
+/// resident layers are read: then this never waits, and is `None` when a
+/// block or a layer file is missing. The layers visited are counted
+/// (`pageserver_layers_visited_per_read`).
 async fn plan(
     snapshot: &ReadSnapshot,
     key: Key,
@@ -268,12 +305,19 @@ async fn plan(
     for (layer, floor) in snapshot.walk(key, lsn) {
         visited.layers += 1;
         scratch.clear();
+        let layer = match open_layer(layer, cached_only).await? {
+            Ok(layer) => layer,
+            Err(e) => {
+                visited.counted = true;
+                return Some(Err(e));
+            }
+        };
         let done = match &layer {
-            ReadableLayer::InMemory(l) => Ok(l.collect(ck, lsn, floor, &mut scratch)),
-            ReadableLayer::Historic(l) if cached_only => {
+            PlannedLayer::InMemory(l) => Ok(l.collect(ck, lsn, floor, &mut scratch)),
+            PlannedLayer::File(l) if cached_only => {
                 l.collect_cached(ck, lsn, floor, &mut scratch)?
             }
-            ReadableLayer::Historic(l) => l.collect(ck, lsn, floor, &mut scratch).await,
+            PlannedLayer::File(l) => l.collect(ck, lsn, floor, &mut scratch).await,
         };
         let done = match done {
             Ok(done) => done,
@@ -291,6 +335,27 @@ async fn plan(
     }
     visited.counted = true;
     Some(Ok((plan, false)))
+}
+
+/// The layer of a walk as a plan reads it: a historic layer's open file,
+/// downloaded first if it is not resident, unless `cached_only` (then
+/// `None`: the second pass downloads it).
+async fn open_layer(
+    layer: ReadableLayer,
+    cached_only: bool,
+) -> Option<Result<PlannedLayer, PageReconstructError>> {
+    let historic = match layer {
+        ReadableLayer::InMemory(l) => return Some(Ok(PlannedLayer::InMemory(l))),
+        ReadableLayer::Historic(l) => l,
+    };
+    if let Some(file) = historic.try_resident() {
+        return Some(Ok(PlannedLayer::File(file)));
+    }
+    if cached_only {
+        return None;
+    }
+    let file = historic.get_resident().await.map_err(PageReconstructError::LayerAccess);
+    Some(file.map(PlannedLayer::File))
 }
 
 /// Observes the layers one query visited when dropped, if the plan was

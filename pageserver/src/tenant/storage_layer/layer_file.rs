@@ -214,6 +214,17 @@ impl LayerFile {
         self.read_align
     }
 
+    /// The engine the file was opened through.
+    pub fn engine(&self) -> &IoEngine {
+        &self.engine
+    }
+
+    /// Whether the file was opened with direct IO (so a copy of it, e.g.
+    /// downloaded again, is opened the same way).
+    pub fn is_direct_io(&self) -> bool {
+        self.file.direct_io_align().is_some()
+    }
+
     /// Push the entries of `key` with `floor < LSN <= lsn` to `out`, newest
     /// first, up to and including the first `will_init` one; returns
     /// whether one was reached (then older layers are not needed). Index

@@ -37,8 +37,9 @@
 //!
 //! The fields are private: the timeline changes the map only through these
 //! methods, under its `layers` lock. The map is generic over the historic
-//! layer type ([`HistoricLayer`]) so that it is tested with layers that are
-//! only names.
+//! layer type ([`HistoricLayer`]): a timeline's is [`Layer`] (resident or
+//! only in remote storage, `layer.rs`), and the map is tested with layers
+//! that are only names.
 
 mod coverage;
 mod historic;
@@ -54,7 +55,7 @@ use pageserver_api::key::Key;
 use utils::lsn::Lsn;
 
 use super::inmemory_layer::InMemoryLayer;
-use super::layer_file::LayerFile;
+use super::layer::Layer;
 use super::{LayerLevel, LayerName};
 
 pub use historic::{DeltasAboveImage, Historic, HistoricStats, Stratum, StratumDeltas};
@@ -65,7 +66,7 @@ pub trait HistoricLayer {
     fn file_size(&self) -> u64;
 }
 
-impl HistoricLayer for LayerFile {
+impl HistoricLayer for Layer {
     fn layer_name(&self) -> &LayerName {
         &self.name
     }
@@ -91,14 +92,14 @@ impl HistoricLayer for LayerDesc {
     }
 }
 
-pub struct LayerMap<L = LayerFile> {
+pub struct LayerMap<L = Layer> {
     open: Option<Arc<InMemoryLayer>>,
     frozen: VecDeque<Arc<InMemoryLayer>>,
     historic: Arc<Historic<L>>,
 }
 
 /// A layer in a read plan.
-pub enum ReadableLayer<L = LayerFile> {
+pub enum ReadableLayer<L = Layer> {
     InMemory(Arc<InMemoryLayer>),
     Historic(Arc<L>),
 }
@@ -133,7 +134,7 @@ impl<L: HistoricLayer> ReadableLayer<L> {
 
 /// What a read sees: the in-memory layers (newest first) and the historic
 /// part, as of one moment. Later changes of the map do not affect it.
-pub struct ReadSnapshot<L = LayerFile> {
+pub struct ReadSnapshot<L = Layer> {
     in_memory: Vec<Arc<InMemoryLayer>>,
     historic: Arc<Historic<L>>,
 }

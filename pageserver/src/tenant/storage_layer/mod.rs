@@ -1,5 +1,7 @@
 //! Storage layers: the in-memory layer (open or frozen), and layer files:
 //! delta layers (L0 from flushes, L1 from compaction) and image layers.
+//! A timeline's historic layers are `layer::Layer`s: a layer file on local
+//! disk, or only in remote storage until a read needs it.
 //!
 //! Both keep values in the same serialized form (`value.rs`) and describe
 //! them with a `BlobRef` (offset, length, will_init), so a flush copies the
@@ -9,6 +11,7 @@ pub mod block_cache;
 pub mod chunks;
 pub mod ephemeral_file;
 pub mod inmemory_layer;
+pub mod layer;
 pub mod layer_file;
 pub mod layer_map;
 

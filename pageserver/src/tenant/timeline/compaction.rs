@@ -11,14 +11,18 @@
 //! `Key::MAX`), so their names never equal an L0's (whose range is its
 //! keys'), and their boundaries partition the key space for images.
 //!
+//! The inputs must be resident: an L0 only in remote storage is downloaded
+//! first, and the merge reads the open files it holds (an eviction meanwhile
+//! does not affect it). The outputs are resident.
+//!
 //! Crash safety (the order is the contract; failpoints mark each step):
 //! 1. write the L1 files (temp, fsync, rename; unlisted until step 3, so a
 //!    crash before it leaves files start-up removes);
 //! 2. swap them into the layer map in place of the L0s (readers holding a
 //!    snapshot keep reading the L0s: their files stay open);
 //! 3. persist the manifest (temp, fsync, rename, fsync dir);
-//! 4. delete the L0 files (a crash before that leaves unlisted files,
-//!    removed at start-up).
+//! 4. delete the L0 files (`Layer::delete_local`; a crash before that
+//!    leaves unlisted files, removed at start-up).
 //!
 //! Concurrency: compaction, image creation and GC of a timeline run one at
 //! a time under its `maintenance` mutex; flushes go on beside them (they
@@ -32,10 +36,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use pageserver_api::key::{CompactKey, Key};
-use tracing::{error, info, warn};
+use tracing::{error, info};
 use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
 
+use super::super::storage_layer::layer::Layer;
 use super::super::storage_layer::layer_file::{EntryCursor, LayerFile, LayerWriter};
 use super::super::storage_layer::{BlobRef, LayerKind};
 use super::Timeline;
@@ -106,7 +111,7 @@ impl Timeline {
     pub async fn compact(&self, opts: CompactOptions) -> anyhow::Result<CompactionReport> {
         let _maintenance = self.maintenance.lock().await;
         let mut report = CompactionReport::default();
-        let l0s: Vec<Arc<LayerFile>> =
+        let l0s: Vec<Arc<Layer>> =
             self.layers.read().unwrap().historic().l0_layers().cloned().collect();
         let due = l0s.len() >= self.conf.compaction.compaction_threshold;
         if due || (opts.force_l0_compaction && !l0s.is_empty()) {
@@ -137,10 +142,11 @@ impl Timeline {
 
     /// Merge `l0s` (the oldest run of L0s, oldest first) into L1 layers and
     /// install them (steps 1-4 of the module comment).
-    async fn compact_l0s(&self, l0s: &[Arc<LayerFile>]) -> anyhow::Result<Vec<Arc<LayerFile>>> {
+    async fn compact_l0s(&self, l0s: &[Arc<Layer>]) -> anyhow::Result<Vec<Arc<Layer>>> {
         assert!(!l0s.is_empty());
-        let lsn_range = l0s[0].lsn_range().start..l0s[l0s.len() - 1].lsn_range().end;
-        let written = match self.merge_into_l1s(l0s, lsn_range).await {
+        let lsn_range = l0s[0].name.lsn_range.start..l0s[l0s.len() - 1].name.lsn_range.end;
+        let files = Self::resident_files(l0s).await.context("compaction: download the L0s")?;
+        let written = match self.merge_into_l1s(&files, lsn_range).await {
             Ok(w) => w,
             Err(e) => return Err(e.context("compaction: write L1 layers")),
         };
@@ -160,8 +166,8 @@ impl Timeline {
         &self,
         l0s: &[Arc<LayerFile>],
         lsn_range: std::ops::Range<Lsn>,
-    ) -> anyhow::Result<Vec<Arc<LayerFile>>> {
-        let mut written: Vec<Arc<LayerFile>> = Vec::new();
+    ) -> anyhow::Result<Vec<Arc<Layer>>> {
+        let mut written: Vec<Arc<Layer>> = Vec::new();
         let res = self.merge_loop(l0s, lsn_range, &mut written).await;
         if let Err(e) = res {
             self.delete_replaced(&written).await;
@@ -174,7 +180,7 @@ impl Timeline {
         &self,
         l0s: &[Arc<LayerFile>],
         lsn_range: std::ops::Range<Lsn>,
-        written: &mut Vec<Arc<LayerFile>>,
+        written: &mut Vec<Arc<Layer>>,
     ) -> anyhow::Result<()> {
         let mut inputs = Vec::with_capacity(l0s.len());
         let mut heap = BinaryHeap::with_capacity(l0s.len());
@@ -213,7 +219,8 @@ impl Timeline {
                 if boundary && writer.as_ref().is_some_and(|w| self.l1_is_full(w)) {
                     let w = writer.take().expect("checked");
                     let end = Key::from_compact(m.key);
-                    written.push(Arc::new(w.finish_with_key_range(range_start..end).await?));
+                    let l1 = w.finish_with_key_range(range_start..end).await?;
+                    written.push(self.new_resident_layer(l1));
                     range_start = end;
                 }
                 if writer.is_none() {
@@ -226,7 +233,8 @@ impl Timeline {
             }
         }
         if let Some(w) = writer {
-            written.push(Arc::new(w.finish_with_key_range(range_start..Key::MAX).await?));
+            let l1 = w.finish_with_key_range(range_start..Key::MAX).await?;
+            written.push(self.new_resident_layer(l1));
         }
         Ok(())
     }
@@ -253,13 +261,11 @@ impl Timeline {
         .await
     }
 
-    /// Remove the files of layers no manifest lists any more (best effort:
-    /// start-up removes whatever is left).
-    pub(super) async fn delete_replaced(&self, layers: &[Arc<LayerFile>]) {
+    /// Remove the local files of layers no manifest lists any more (best
+    /// effort: start-up removes whatever is left).
+    pub(super) async fn delete_replaced(&self, layers: &[Arc<Layer>]) {
         for l in layers {
-            if let Err(e) = self.conf.io_engine.remove_file(&l.path).await {
-                warn!("could not remove replaced layer file {}: {e}", l.path.display());
-            }
+            l.delete_local().await;
         }
     }
 

@@ -21,6 +21,7 @@ use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
 
 use super::super::metadata::LayerEntry;
+use super::super::storage_layer::layer::Layer;
 use super::super::storage_layer::layer_file::LayerFile;
 use super::{load, Timeline, TimelineMetadata};
 use crate::metrics::storage as metrics;
@@ -115,7 +116,9 @@ impl Timeline {
             .await?;
             let end = layer.end_lsn().expect("frozen");
             metrics::record_flush(started.elapsed(), l0.file_size);
-            self.layers.write().unwrap().replace_flushed(&layer, Some(Arc::new(l0)));
+            // Just written: resident until evicted (once uploaded).
+            let l0 = Arc::new(Layer::resident(l0, self.remote.clone()));
+            self.layers.write().unwrap().replace_flushed(&layer, Some(l0));
             self.globals.in_memory_bytes.fetch_sub(layer.size(), Ordering::Relaxed);
             self.persist_disk_consistent(Lsn(end.0 - 1)).await?;
             self.after_l0_flush();

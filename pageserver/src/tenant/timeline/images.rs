@@ -15,6 +15,9 @@
 //! history cannot be reconstructed fails that range's image (logged; the
 //! deltas keep serving it), never the others.
 //!
+//! Layers only in remote storage are downloaded as reads need them: the
+//! pages through the read path, the key listing (index leaves) here.
+//!
 //! Crash safety as compaction's: write the files, add them to the map,
 //! persist the manifest; a crash before the manifest leaves unlisted files.
 
@@ -29,6 +32,7 @@ use tracing::{info, warn};
 use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
 
+use super::super::storage_layer::layer::Layer;
 use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::{LayerKind, LayerLevel};
 use super::super::value::Value;
@@ -45,7 +49,7 @@ impl Timeline {
         let mut written = Vec::new();
         for range in ranges {
             match self.write_image_layer(range.clone(), image_lsn).await {
-                Ok(Some(layer)) => written.push(Arc::new(layer)),
+                Ok(Some(layer)) => written.push(self.new_resident_layer(layer)),
                 Ok(None) => {}
                 Err(e) => {
                     warn!("no image layer for {}..{} at {image_lsn}: {e:#}", range.start, range.end)
@@ -148,11 +152,12 @@ impl Timeline {
             .filter(|(at, _)| *at <= lsn)
             .flat_map(|(_, ls)| ls.iter().cloned())
             .filter(|l| l.name.key_range.start < range.end && range.start < l.name.key_range.end);
-        let layers: Vec<Arc<LayerFile>> = deltas.chain(images).collect();
+        let layers: Vec<Arc<Layer>> = deltas.chain(images).collect();
         let (start, end) = (range.start.to_compact(), range.end.to_compact());
         let mut keys = BTreeSet::new();
         for layer in layers {
-            let mut cursor = layer.entry_cursor();
+            let file = layer.get_resident().await?;
+            let mut cursor = file.entry_cursor();
             while let Some(entries) = cursor.next_leaf().await? {
                 let in_range =
                     entries.iter().filter(|(k, l, _)| *k >= start && *k < end && *l <= lsn);

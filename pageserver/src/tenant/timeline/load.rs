@@ -13,7 +13,9 @@
 //!   naming the layer file(s);
 //! - a listed layer file that is missing, or whose size differs from the
 //!   manifest, fails the load with an error naming the file: never a stale
-//!   or empty answer;
+//!   or empty answer. Except: with a remote client, a missing file whose
+//!   remote copy has the manifest's size (evicted, or never downloaded)
+//!   becomes a remote-only layer, downloaded when a read first needs it;
 //! - a layer file (delta or image) present but not listed was written by a
 //!   flush, compaction or image creation that did not reach its manifest
 //!   update, or deleted by GC after one: it is removed; temp and ephemeral
@@ -36,7 +38,9 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::super::metadata::{Decoded, LayerEntry, TimelineMetadata, METADATA_FILE};
+use super::super::remote_timeline::client::RemoteTimelineClient;
 use super::super::storage_layer::ephemeral_file::EPHEMERAL_PREFIX;
+use super::super::storage_layer::layer::Layer;
 use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::layer_map::{LayerDesc, LayerMap};
 use super::super::storage_layer::{LayerKind, LayerLevel, LayerName};
@@ -46,14 +50,14 @@ use super::super::StorageConf;
 /// manifest's order).
 pub(super) struct Loaded {
     pub md: TimelineMetadata,
-    pub layers: Vec<(LayerLevel, Arc<LayerFile>)>,
+    pub layers: Vec<(LayerLevel, Arc<Layer>)>,
 }
 
 pub(super) async fn load_layers(
     conf: &StorageConf,
     dir: &Path,
-    tenant_id: TenantId,
-    timeline_id: TimelineId,
+    ids: (TenantId, TimelineId),
+    remote: Option<&Arc<RemoteTimelineClient>>,
 ) -> anyhow::Result<Loaded> {
     let engine = &conf.io_engine;
     let (mut md, from_v1) = match TimelineMetadata::load(engine, dir).await? {
@@ -69,18 +73,11 @@ pub(super) async fn load_layers(
     remove_unlisted(engine, dir, &listing, &names).await?;
     let mut layers = Vec::with_capacity(md.layers.len());
     for (entry, name) in md.layers.iter().zip(&names) {
-        let path = dir.join(&entry.name);
-        if !listing.iter().any(|e| e.name_lossy() == entry.name) {
-            bail!("layer file {} listed in the manifest is missing", path.display());
-        }
-        let size_bytes = engine.open(&path, io_engine::OpenMode::READ).await?.len().await?;
-        ensure!(
-            size_bytes == entry.size_bytes,
-            "layer file {} is {size_bytes} bytes, the manifest says {}",
-            path.display(),
-            entry.size_bytes
-        );
-        let layer = LayerFile::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
+        let present = listing.iter().any(|e| e.name_lossy() == entry.name);
+        let layer = match present {
+            true => load_local(conf, dir, entry, ids, remote).await?,
+            false => remote_only(conf, dir, entry, name, remote)?,
+        };
         debug_assert_eq!(&layer.name, name);
         layers.push((entry.level, Arc::new(layer)));
     }
@@ -93,6 +90,63 @@ pub(super) async fn load_layers(
         );
     }
     Ok(Loaded { md, layers })
+}
+
+/// Open the local file of a listed layer; its size must be the manifest's.
+async fn load_local(
+    conf: &StorageConf,
+    dir: &Path,
+    entry: &LayerEntry,
+    (tenant_id, timeline_id): (TenantId, TimelineId),
+    remote: Option<&Arc<RemoteTimelineClient>>,
+) -> anyhow::Result<Layer> {
+    let engine = &conf.io_engine;
+    let path = dir.join(&entry.name);
+    let size_bytes = engine.open(&path, io_engine::OpenMode::READ).await?.len().await?;
+    ensure!(
+        size_bytes == entry.size_bytes,
+        "layer file {} is {size_bytes} bytes, the manifest says {}",
+        path.display(),
+        entry.size_bytes
+    );
+    let file = LayerFile::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
+    Ok(Layer::resident(file, remote.cloned()))
+}
+
+/// A listed layer missing on local disk: remote-only if the remote client
+/// has it with the manifest's size, else the error naming the file.
+fn remote_only(
+    conf: &StorageConf,
+    dir: &Path,
+    entry: &LayerEntry,
+    name: &LayerName,
+    remote: Option<&Arc<RemoteTimelineClient>>,
+) -> anyhow::Result<Layer> {
+    let path = dir.join(&entry.name);
+    let Some(remote) = remote else {
+        bail!("layer file {} listed in the manifest is missing", path.display());
+    };
+    match remote.uploaded_layer(&entry.name) {
+        Some(r) if r.file_size == entry.size_bytes => Ok(Layer::remote_only(
+            name.clone(),
+            entry.size_bytes,
+            dir,
+            conf.io_engine.clone(),
+            conf.direct_io,
+            remote.clone(),
+        )),
+        Some(r) => bail!(
+            "layer file {} listed in the manifest is missing, and its remote copy is {} bytes, \
+             the manifest says {}",
+            path.display(),
+            r.file_size,
+            entry.size_bytes
+        ),
+        None => bail!(
+            "layer file {} listed in the manifest is missing, and remote storage has no copy",
+            path.display()
+        ),
+    }
 }
 
 /// Parse and check the listed names and levels against the layer map's

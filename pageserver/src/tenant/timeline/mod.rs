@@ -24,7 +24,10 @@
 //! - Readers take a snapshot of the layer map (`ReadSnapshot`: an Arc of the
 //!   immutable historic part plus the in-memory layers) under the `layers`
 //!   lock and read without it; a layer replaced or removed meanwhile stays
-//!   readable until the snapshot is dropped. The snapshot carries the GC
+//!   readable until the snapshot is dropped (if it was resident; one that
+//!   was only in remote storage is read again on a fresh snapshot). A
+//!   historic layer may be only in remote storage: the read downloads it
+//!   (`storage_layer/layer.rs` states its own contract). The snapshot carries the GC
 //!   cutoff it is valid for, so a read checks its LSN against the same
 //!   state it reads.
 //! - Manifest writes (flush, and compaction/GC through `persist_manifest`)
@@ -62,6 +65,7 @@ mod load;
 mod log_limit;
 mod read;
 mod rel_size_cache;
+pub(crate) mod residency;
 pub mod wal_source;
 
 use wal_source::{ReceiverStatus, WalSource};
@@ -206,7 +210,7 @@ impl Timeline {
         remote: Option<Arc<RemoteTimelineClient>>,
     ) -> anyhow::Result<Arc<Timeline>> {
         let load::Loaded { md, layers } =
-            load::load_layers(&conf, &dir, tenant_id, timeline_id).await?;
+            load::load_layers(&conf, &dir, (tenant_id, timeline_id), remote.as_ref()).await?;
         let layer_map =
             LayerMap::try_new(md.initial_lsn + 1, md.gc_cutoff, layers, md.empty_strata.clone())?;
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;

@@ -7,6 +7,12 @@
 //! `check_lsn_readable` (a lock-free mirror of the cutoff), and by the read
 //! itself against its snapshot's cutoff (authoritative: GC raises the cutoff
 //! before it removes layers, in the map that snapshots copy).
+//!
+//! A query that needed a layer that was not resident and that compaction
+//! or GC replaced after the snapshot was taken (`LayerAccessError::Replaced`:
+//! such a layer is never downloaded again) is read again on a fresh
+//! snapshot, which no longer lists that layer (at most `REPLACED_RETRIES`
+//! times).
 
 use std::time::Instant;
 
@@ -17,10 +23,15 @@ use tracing::error;
 use utils::lsn::Lsn;
 use utils::seqwait::SeqWaitError;
 
+use super::super::storage_layer::layer::LayerAccessError;
 use super::super::storage_layer::layer_file::LayerReadError;
 use super::super::{vectored_read, GetVectoredError, PageReconstructError, ReadKind, WaitLsnError};
 use super::Timeline;
 use crate::metrics::storage as metrics;
+
+/// Fresh snapshots a get takes at most for queries whose layer was
+/// replaced while they read (each replacement needs a compaction or GC).
+const REPLACED_RETRIES: usize = 3;
 
 /// Why an LSN cannot be read (whatever WAL may still arrive).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -77,13 +88,19 @@ impl Timeline {
         if self.cancel.is_cancelled() {
             return Err(GetVectoredError::Cancelled);
         }
-        let snapshot = self.layers.read().unwrap().snapshot();
-        let limits = vectored_read::ReadLimits {
-            timeline: &self.read_slots,
-            process: vectored_read::process_read_slots(),
-        };
-        let (results, stats) =
-            vectored_read::read(&self.conf.io_engine, &snapshot, queries, limits).await;
+        let (mut results, mut stats) = self.read_snapshot(queries).await;
+        for _ in 0..REPLACED_RETRIES {
+            let again: Vec<usize> = (0..results.len()).filter(|&i| replaced(&results[i])).collect();
+            if again.is_empty() {
+                break;
+            }
+            let retry: Vec<(Key, Lsn)> = again.iter().map(|&i| queries[i]).collect();
+            let (reread, more) = self.read_snapshot(&retry).await;
+            for (i, r) in again.into_iter().zip(reread) {
+                results[i] = r;
+            }
+            (stats.chunks, stats.bytes) = (stats.chunks + more.chunks, stats.bytes + more.bytes);
+        }
         metrics::record_vectored_read(
             kind as usize,
             kind.label(),
@@ -93,6 +110,19 @@ impl Timeline {
         );
         self.report_corruption(&results);
         Ok(results)
+    }
+
+    /// `queries` read on a snapshot of the layer map taken now.
+    async fn read_snapshot(
+        &self,
+        queries: &[(Key, Lsn)],
+    ) -> (Vec<Result<Bytes, PageReconstructError>>, vectored_read::ReadStats) {
+        let snapshot = self.layers.read().unwrap().snapshot();
+        let limits = vectored_read::ReadLimits {
+            timeline: &self.read_slots,
+            process: vectored_read::process_read_slots(),
+        };
+        vectored_read::read(&self.conf.io_engine, &snapshot, queries, limits).await
     }
 
     /// Corruption found while serving is loud: every corrupt value or index
@@ -129,4 +159,9 @@ impl Timeline {
             Err(e) => Err(PageReconstructError::Vectored(e)),
         }
     }
+}
+
+/// Whether the query failed because a layer it needed was replaced.
+fn replaced(r: &Result<Bytes, PageReconstructError>) -> bool {
+    matches!(r, Err(PageReconstructError::LayerAccess(LayerAccessError::Replaced { .. })))
 }

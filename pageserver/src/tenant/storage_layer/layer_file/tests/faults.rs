@@ -11,6 +11,7 @@ use super::super::index_block::INDEX_BLOCK_BYTES;
 use super::super::{LayerFile, LayerReadError};
 use super::*;
 use crate::metrics::storage as metrics;
+use crate::tenant::storage_layer::layer::Layer;
 use crate::tenant::storage_layer::layer_map::{LayerMap, ReadableLayer};
 use crate::tenant::storage_layer::LayerLevel;
 use crate::tenant::vectored_read::{self, ReadLimits};
@@ -71,7 +72,7 @@ async fn corrupt_blocks_are_errors_naming_the_file_and_block() {
     // The read path turns it into an error naming the layer.
     let timeline = tokio::sync::Semaphore::new(vectored_read::TIMELINE_CHUNK_READS);
     let limits = ReadLimits { timeline: &timeline, process: vectored_read::process_read_slots() };
-    let layer = Arc::new(layer);
+    let layer = Arc::new(Layer::resident(layer, None));
     let map = LayerMap::new(Lsn(0x10), Lsn(0), vec![(LayerLevel::L0, layer.clone())], vec![]);
     let query = (Key::from_compact(key(1250)), Lsn(0x30));
     let (mut res, _) = vectored_read::read(&engine(), &map.snapshot(), &[query], limits).await;
