@@ -6,7 +6,8 @@
 //! per workdir), raise the open-file limit to its hard limit, load and
 //! validate the config (an error names the key and
 //! exits 1 before anything else happens), set up logging, register metrics,
-//! bind both listeners, load the tenants, then serve. "pageserver started"
+//! bind both listeners, load the tenants, start the WAL receivers and
+//! eviction (if configured), then serve. "pageserver started"
 //! is logged once both listeners accept connections.
 //!
 //! Shutdown (SIGINT or SIGTERM), every stage bounded by `shutdown_timeout`
@@ -14,8 +15,8 @@
 //! 1. cancel the root token: the page service and the HTTP server stop
 //!    accepting; page service connections end, HTTP requests in flight finish;
 //! 2. wait for the page service, then the HTTP server;
-//! 3. `TenantManager::shutdown()`: stop ingest, flush in-memory layers, wait for
-//!    background tasks;
+//! 3. stop the eviction task, then `TenantManager::shutdown()`: stop ingest,
+//!    flush in-memory layers, wait for background tasks;
 //! 4. exit 0. A second signal during shutdown exits 1 at once. If a service
 //!    fails on its own, the daemon shuts down the same way and exits 1.
 
@@ -186,9 +187,15 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
         .await
         .context("cannot load tenants")?;
 
-    // Disk-usage-based eviction (`conf.eviction`, only with remote storage)
-    // starts here, once the tenants are loaded, as one call with the
-    // tenants, the settings, the workdir and `tenants_cancel.child_token()`.
+    // Disk-usage-based eviction (only with remote storage; off unless
+    // configured). Stopped before the tenants shut down.
+    let eviction_cancel = tenants_cancel.child_token();
+    let eviction = pageserver::tenant::eviction::spawn_eviction_loop(
+        tenants.clone(),
+        conf.eviction.clone(),
+        conf.workdir.clone(),
+        eviction_cancel.clone(),
+    );
 
     let walreceiver_conf = Arc::new(conf.walreceiver.clone());
     pageserver::walreceiver::start_all(&tenants, &walreceiver_conf);
@@ -248,6 +255,10 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
     }
     if let Some(h) = http_server {
         wait_bounded("HTTP requests in flight to finish", h, limit).await;
+    }
+    eviction_cancel.cancel();
+    if let Some(h) = eviction {
+        wait_bounded("the eviction task to stop", h, limit).await;
     }
     let n = tenants.list_tenants().len();
     info!("waiting for {n} tenants to shut down (stop ingest, flush in-memory layers)");

@@ -1,6 +1,10 @@
 //! Background download of an attached tenant's remote-only layers, so that
 //! reads after an attach soon stop waiting for downloads.
 //!
+//! Each layer is made resident through `Layer::get_resident()`, as a read
+//! would: a read that needs the layer meanwhile shares the download, and a
+//! layer evicted later is downloaded again only by the reads that need it.
+//!
 //! Concurrency contract: one task per timeline, run as a background task of
 //! the timeline (`Timeline::spawn_background`), so it ends when the
 //! timeline's `cancel` fires (shutdown, detach, deletion) and
@@ -17,17 +21,19 @@ use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tracing::{info, warn, Instrument};
 
-use super::storage_layer::LayerName;
+use super::storage_layer::layer::Layer;
 use super::Timeline;
 
 /// Layer downloads of one tenant's prefetch in flight at once.
 pub const PREFETCH_DOWNLOADS_PER_TENANT: usize = 2;
 
-/// Start the prefetch of `layers` for each timeline of a tenant; the
-/// timelines share one bound.
-pub fn spawn_prefetch(timelines: Vec<(Arc<Timeline>, Vec<LayerName>)>) {
+/// Start the prefetch of every remote-only layer of each of a tenant's
+/// `timelines`; the timelines share one bound.
+pub fn spawn_prefetch(timelines: Vec<Arc<Timeline>>) {
     let slots = Arc::new(Semaphore::new(PREFETCH_DOWNLOADS_PER_TENANT));
-    for (tl, layers) in timelines {
+    for tl in timelines {
+        let mut layers = tl.historic_layers();
+        layers.retain(|l| !l.is_resident());
         if layers.is_empty() {
             continue;
         }
@@ -41,15 +47,16 @@ pub fn spawn_prefetch(timelines: Vec<(Arc<Timeline>, Vec<LayerName>)>) {
     }
 }
 
-async fn prefetch_timeline(tl: Arc<Timeline>, layers: Vec<LayerName>, slots: Arc<Semaphore>) {
+async fn prefetch_timeline(tl: Arc<Timeline>, layers: Vec<Arc<Layer>>, slots: Arc<Semaphore>) {
     let total = layers.len();
-    let downloads = futures::stream::iter(layers).map(|name| {
-        let (tl, slots) = (&tl, &slots);
+    let downloads = futures::stream::iter(layers).map(|layer| {
+        let slots = &slots;
         async move {
             let _slot = slots.acquire().await.expect("never closed");
-            match make_resident(tl, &name).await {
-                Ok(()) => true,
+            match layer.get_resident().await {
+                Ok(_) => true,
                 Err(e) => {
+                    let name = &layer.name;
                     warn!("prefetch of layer {name} failed, a read will fetch it: {e:#}");
                     false
                 }
@@ -64,17 +71,4 @@ async fn prefetch_timeline(tl: Arc<Timeline>, layers: Vec<LayerName>, slots: Arc
         }
         _ = tl.cancel.cancelled() => info!("prefetch stopped: the timeline is shutting down"),
     }
-}
-
-/// Make layer `name` resident on local disk.
-async fn make_resident(tl: &Timeline, name: &LayerName) -> anyhow::Result<()> {
-    // LAYER-RESIDENCY: replace this body with the `get_resident()` of the
-    // timeline's `Layer` named `name` (it downloads the file and marks the
-    // layer resident). Until then: download the file if it is not on disk.
-    let Some(client) = tl.remote_client() else { return Ok(()) };
-    if tl.conf().io_engine.exists(&tl.dir().join(name.to_string())).await? {
-        return Ok(());
-    }
-    client.download_layer(name).await?;
-    Ok(())
 }

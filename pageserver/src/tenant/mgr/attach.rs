@@ -52,7 +52,6 @@ use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{
     claim_generation, download_newest_index, list_timelines, ClaimError, Generation,
 };
-use crate::tenant::storage_layer::LayerName;
 use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline};
 
 /// How long a detach waits for everything flushed to be uploaded.
@@ -175,8 +174,6 @@ impl TenantManager {
         claim(rs, id, generation).await?;
         let indexes = download_indexes(rs, id, generation).await?;
         self.build_tenant_dir(id, generation, &indexes).await?;
-        let layers: HashMap<TimelineId, Vec<LayerName>> =
-            indexes.iter().map(|(tl, ip)| (*tl, layer_names(ip))).collect();
         let dir = self.tenant_dir(id);
         let cancel = self.cancel.child_token();
         let loaded = Tenant::load_with_indexes(
@@ -199,7 +196,7 @@ impl TenantManager {
             }
         };
         self.tenants.write().unwrap().insert(id, tenant.clone());
-        after_attach(&tenant, layers);
+        prefetch::spawn_prefetch(tenant.list_timelines());
         let n = tenant.list_timelines().len();
         info!("attached tenant {id} with generation {generation} ({n} timelines)");
         Ok(tenant)
@@ -396,21 +393,6 @@ async fn write_timeline_dir(engine: &IoEngine, dir: &Path, ip: &IndexPart) -> an
         source.persist(engine, dir).await?;
     }
     Ok(())
-}
-
-fn layer_names(ip: &IndexPart) -> Vec<LayerName> {
-    ip.layers.keys().filter_map(|name| LayerName::parse(name)).collect()
-}
-
-/// Prefetch the remote layers named in `layers` (the indexes under the new
-/// generation are on their way already: see the module comment).
-fn after_attach(tenant: &Tenant, mut layers: HashMap<TimelineId, Vec<LayerName>>) {
-    let timelines = tenant.list_timelines().into_iter();
-    let prefetch = timelines.map(|tl| {
-        let names = layers.remove(&tl.timeline_id).unwrap_or_default();
-        (tl, names)
-    });
-    prefetch::spawn_prefetch(prefetch.collect());
 }
 
 #[cfg(test)]

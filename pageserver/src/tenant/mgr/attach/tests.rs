@@ -186,3 +186,40 @@ async fn detach_that_cannot_upload_keeps_the_tenant_attached() {
     assert!(tenant_dir(&work, t.id()).exists());
     mgr.shutdown().await;
 }
+
+#[tokio::test]
+async fn data_moves_with_the_tenant_and_the_prefetch_downloads_every_layer() {
+    let rdir = tempfile::tempdir().unwrap();
+    let (work_a, work_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let rs = remote(rdir.path());
+    let a = pageserver(work_a.path(), Some(&rs)).await;
+    let t = a.create_tenant(TenantId::generate()).await.unwrap();
+    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+    for (lsn, v) in [(0x18, b"one"), (0x28, b"two"), (0x38, b"six")] {
+        let mut w = tl.writer().await;
+        w.put(Key::MIN.add(lsn as u32), Lsn(lsn), &image(v)).await.unwrap();
+        w.finish_write(Lsn(lsn));
+        drop(w);
+        tl.freeze_and_flush().await.unwrap();
+    }
+    let (id, tl_id) = (t.id(), tl.timeline_id);
+    drop((t, tl));
+    a.set_location(id, LocationMode::Detached, WAIT).await.unwrap();
+
+    let b = pageserver(work_b.path(), Some(&rs)).await;
+    let Ok(LocationOutcome::Attached { tenant, .. }) = b.set_location(id, attached(2), WAIT).await
+    else {
+        panic!("attach failed");
+    };
+    let tl = tenant.get_timeline(tl_id).unwrap();
+    assert_eq!(tl.get_last_record_lsn(), Lsn(0x38));
+    assert_eq!(tl.historic_layers().len(), 3);
+    let got = tl.get(Key::MIN.add(0x28), Lsn(0x38)).await.unwrap();
+    assert_eq!(&got[..], b"two", "a read downloads what it needs");
+    let deadline = std::time::Instant::now() + WAIT;
+    while tl.resident_layers().len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the prefetch did not download all");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.shutdown().await;
+}
