@@ -6,6 +6,10 @@
 //!
 //! Configuration: the env var `FAILPOINTS="name=action;name=action"` at
 //! start-up, or `configure(name, action)` at run time (the HTTP API calls it).
+//! Unit tests that share a process with others use
+//! `configure_on_this_thread`: the failpoint then fires only for code
+//! polled on the calling thread (a `#[tokio::test]` runtime's own), never in
+//! a concurrently running test.
 //! Actions: `off`, `exit` (terminate the process at once, like `kill -9`:
 //! no destructors, no buffered output), `panic`, `return` (the call site gets
 //! an error), `sleep(MS)`.
@@ -48,13 +52,38 @@ impl std::str::FromStr for Action {
 #[cfg(feature = "testing")]
 mod imp {
     use super::*;
+    use std::cell::RefCell;
     use std::collections::HashMap;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Mutex, OnceLock};
 
     /// Whether any failpoint is configured: every IO operation checks a
     /// failpoint, so the common case (none set) must not take the lock.
     static ANY_CONFIGURED: AtomicBool = AtomicBool::new(false);
+    /// Threads with a failpoint of their own configured (see
+    /// `configure_on_this_thread`).
+    static THREADS_CONFIGURED: AtomicUsize = AtomicUsize::new(0);
+
+    thread_local! {
+        static THIS_THREAD: RefCell<HashMap<String, Action>> = RefCell::new(HashMap::new());
+    }
+
+    /// `configure`, for code running on the calling thread only.
+    pub fn configure_on_this_thread(name: &str, action: Action) {
+        THIS_THREAD.with_borrow_mut(|m| {
+            let before = !m.is_empty();
+            if action == Action::Off {
+                m.remove(name);
+            } else {
+                m.insert(name.to_string(), action);
+            }
+            match (before, !m.is_empty()) {
+                (false, true) => THREADS_CONFIGURED.fetch_add(1, Ordering::AcqRel),
+                (true, false) => THREADS_CONFIGURED.fetch_sub(1, Ordering::AcqRel),
+                _ => 0,
+            };
+        });
+    }
 
     fn registry() -> &'static Mutex<HashMap<String, Action>> {
         static REG: OnceLock<Mutex<HashMap<String, Action>>> = OnceLock::new();
@@ -72,10 +101,13 @@ mod imp {
     }
 
     pub fn failpoint(name: &str) -> Result<(), FailpointError> {
-        if !ANY_CONFIGURED.load(Ordering::Acquire) {
+        if !ANY_CONFIGURED.load(Ordering::Acquire)
+            && THREADS_CONFIGURED.load(Ordering::Acquire) == 0
+        {
             return Ok(());
         }
-        let action = registry().lock().unwrap().get(name).cloned();
+        let local = THIS_THREAD.with_borrow(|m| m.get(name).cloned());
+        let action = local.or_else(|| registry().lock().unwrap().get(name).cloned());
         match action {
             None | Some(Action::Off) => Ok(()),
             Some(Action::Exit) => {
@@ -106,6 +138,8 @@ mod imp {
 
     pub fn configure(_name: &str, _action: Action) {}
 
+    pub fn configure_on_this_thread(_name: &str, _action: Action) {}
+
     #[inline(always)]
     pub fn failpoint(_name: &str) -> Result<(), FailpointError> {
         Ok(())
@@ -114,7 +148,7 @@ mod imp {
     pub const ENABLED: bool = false;
 }
 
-pub use imp::{configure, failpoint, ENABLED};
+pub use imp::{configure, configure_on_this_thread, failpoint, ENABLED};
 
 /// Parse `name=action;name=action` (the `FAILPOINTS` env var format) and apply it.
 pub fn configure_from_str(spec: &str) -> Result<(), String> {

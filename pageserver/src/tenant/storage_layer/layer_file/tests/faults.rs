@@ -200,9 +200,10 @@ async fn a_failed_commit_leaves_only_a_temp_file() {
     let mut w = writer(dir.path(), LayerKind::Image, Lsn(0x10)..Lsn(0x11)).await;
     w.put_raw(key(1), Lsn(0x10), b"image", true).await.unwrap();
     let fp = "layer-write::before-rename";
-    utils::failpoint::configure(fp, utils::failpoint::Action::Return);
+    // On this test's thread only: tests running beside it write layers too.
+    utils::failpoint::configure_on_this_thread(fp, utils::failpoint::Action::Return);
     let res = w.finish(Key::from_compact(key(2))).await;
-    utils::failpoint::configure(fp, utils::failpoint::Action::Off);
+    utils::failpoint::configure_on_this_thread(fp, utils::failpoint::Action::Off);
     let err = format!("{:#}", res.err().unwrap());
     assert!(err.contains(fp), "{err}");
     let names: Vec<String> = std::fs::read_dir(dir.path())
