@@ -38,7 +38,8 @@ def documented_metrics() -> list[str]:
 
 def per_timeline_metrics() -> set[str]:
     """Documented metrics labelled by `timeline_id`: they have series only
-    while such a timeline exists (test_wal_ingest.py checks them)."""
+    while such a timeline exists (test_wal_ingest.py and
+    test_remote_storage.py check them)."""
     doc = REPO_ROOT / "docs" / "metrics.md"
     rows = [line for line in doc.read_text().splitlines() if line.startswith("| `") and "`timeline_id`" in line]
     return {re.findall(r"`([a-z0-9_]+)`", line)[0] for line in rows}
@@ -49,7 +50,7 @@ def test_every_documented_metric_at_first_scrape(pageserver):
     m = parse_metrics(text)  # also checks the exposition format
     families = m.families()
     expected = sorted((set(REQUIRED_METRICS) | set(documented_metrics())) - per_timeline_metrics())
-    assert len(per_timeline_metrics()) == 3, per_timeline_metrics()
+    assert len(per_timeline_metrics()) == 4, per_timeline_metrics()
     missing = [n for n in expected if n not in families]
     assert not missing, f"missing from the first /metrics scrape: {missing}"
     for qt in SMGR_QUERY_TYPES:
