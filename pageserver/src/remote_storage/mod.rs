@@ -124,7 +124,11 @@ impl RemoteStorage {
                     max_retries: 2,
                     retry_timeout: Duration::from_secs(10),
                 };
+                // Client options replace the builder's own: allow_http must be
+                // set on them, or an http:// endpoint refuses every request.
+                let allow_http = endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
                 let client = ClientOptions::new()
+                    .with_allow_http(allow_http)
                     .with_timeout(conf.timeout)
                     .with_connect_timeout(Duration::from_secs(5));
                 let s3 = b
@@ -156,6 +160,11 @@ impl RemoteStorage {
         }
     }
 
+    /// `key` with the prefix: the object's name in the store, for errors.
+    fn full_key(&self, key: &str) -> String {
+        self.path(key).to_string()
+    }
+
     /// `key` of an object path listed under the prefix.
     fn key_of(&self, path: &ObjectPath) -> String {
         let s = path.as_ref();
@@ -168,11 +177,14 @@ impl RemoteStorage {
     fn store_error(&self, op: &'static str, key: &str, source: object_store::Error) -> RemoteError {
         match source {
             object_store::Error::NotFound { .. } => {
-                RemoteError::NotFound { key: key.into(), store: self.describe.clone() }
+                RemoteError::NotFound { key: self.full_key(key), store: self.describe.clone() }
             }
-            source => {
-                RemoteError::Store { op, key: key.into(), store: self.describe.clone(), source }
-            }
+            source => RemoteError::Store {
+                op,
+                key: self.full_key(key),
+                store: self.describe.clone(),
+                source,
+            },
         }
     }
 
@@ -187,7 +199,7 @@ impl RemoteStorage {
             Ok(r) => r.map_err(|e| self.store_error(op, key, e)),
             Err(_) => Err(RemoteError::Timeout {
                 op,
-                key: key.into(),
+                key: self.full_key(key),
                 store: self.describe.clone(),
                 timeout: self.conf.timeout,
             }),
@@ -249,7 +261,7 @@ impl RemoteStorage {
         let _slot = self.transfers.acquire().await.expect("never closed");
         let local_err = |source| RemoteError::Local {
             op: "upload",
-            key: key.into(),
+            key: self.full_key(key),
             path: local.display().to_string(),
             source,
         };
@@ -303,7 +315,7 @@ impl RemoteStorage {
         let _slot = self.transfers.acquire().await.expect("never closed");
         let local_err = |source| RemoteError::Local {
             op: "download",
-            key: key.into(),
+            key: self.full_key(key),
             path: local.display().to_string(),
             source,
         };
@@ -348,7 +360,7 @@ impl RemoteStorage {
         if let Some(want) = expected.filter(|w| *w != got) {
             engine.remove_file(tmp.temp_path()).await.ok();
             return Err(RemoteError::Corrupt {
-                key: key.into(),
+                key: self.full_key(key),
                 store: self.describe.clone(),
                 detail: format!(
                     "{} bytes with CRC-32C {:08x}, the manifest says {} bytes with {:08x}",

@@ -147,17 +147,16 @@ impl RemoteTimelineClient {
                 );
                 logged = true;
             }
+            let slept = Instant::now();
             tokio::select! {
                 _ = space => {}
                 _ = cancel.cancelled() => {}
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
+            // Counted as it goes, so the counter moves during an outage.
+            metrics::UPLOAD_QUEUE_WAIT.inc_by(slept.elapsed().as_micros() as u64);
         }
-        let waited = started.elapsed();
-        if logged {
-            metrics::UPLOAD_QUEUE_WAIT.inc_by(waited.as_micros() as u64);
-        }
-        waited
+        started.elapsed()
     }
 
     /// Wait until an index with `disk_consistent_lsn >= lsn` is uploaded,
