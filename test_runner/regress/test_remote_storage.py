@@ -138,17 +138,20 @@ MAX_FROZEN_LAYERS = 4  # pageserver/src/tenant/timeline/writer.rs
 QUEUE_FULL = r"upload queue of \S+ is full"
 
 
+def insert_batch(pg) -> int:
+    """1,000 rows more in `w`; returns the primary's insert LSN after them."""
+    pg.psql("INSERT INTO w SELECT g, md5(g::text) FROM generate_series(1, 1000) g")
+    return parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+
+
 def write_until_ingest_stalls(pg, http, tenant: str, timeline: str, timeout: float = 45.0) -> tuple[int, int]:
     """Inserts batches on the primary until the pageserver's
     last_record_lsn has not moved over five batches while the primary is
     4 MiB or more ahead; returns (last_record_lsn, primary LSN)."""
     deadline = time.monotonic() + timeout
-    prev, unchanged, batch = -1, 0, 0
+    prev, unchanged = -1, 0
     while True:
-        batch += 1
-        first = batch * 1000
-        pg.psql(f"INSERT INTO w SELECT g, md5(g::text) FROM generate_series({first}, {first + 999}) g")
-        primary_lsn = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
+        primary_lsn = insert_batch(pg)
         ingested = parse_lsn(http.timeline_get(tenant, timeline)["last_record_lsn"])
         unchanged = unchanged + 1 if ingested == prev else 0
         prev = ingested
@@ -185,6 +188,10 @@ def test_store_outage_holds_ingest_at_the_queue_bound(pageserver_factory, minio,
     assert m.value("pageserver_ingest_backpressure_waits_total") > 0
     assert m.value("pageserver_remote_operation_errors_total", op_kind="upload") > 0
     assert parse_lsn(info["remote_consistent_lsn"]) < ingested
+    # The primary writes on; the pageserver stays where it is.
+    for _ in range(3):
+        assert insert_batch(pg) > primary_lsn
+    assert parse_lsn(http.timeline_get(tenant, tl)["last_record_lsn"]) == ingested
 
     minio.start()
     restarted = time.monotonic()
