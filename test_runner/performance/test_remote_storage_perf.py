@@ -2,24 +2,26 @@
 CLI, `aws s3 cp`) in the same run, on the same MinIO and the same files.
 
 pgbench scale 100 (scale 10 with --perf-smoke) is imported into a
-pageserver whose remote storage is MinIO (background compaction off, so
-the layers are the import's).
+pageserver whose remote storage is MinIO (background compaction off). The
+import is one L0 layer; a forced compaction then rewrites it as L1 layers
+of `compaction_target_size` (128 MiB), as a tenant has them in steady state.
 
 - Upload: from the import's answer until `remote_consistent_lsn` reaches
-  `disk_consistent_lsn` (the import schedules the upload when it ends),
-  against `aws s3 cp --recursive` of the same layer files (hard links in a
-  staging directory) to another prefix of the bucket.
+  `disk_consistent_lsn` (one file, multipart), and from the compaction's
+  answer until the bucket's index lists every L1 (many files), each
+  against `aws s3 cp` (`--recursive` for the L1s) of the same layer files
+  (hard links in a staging directory) to another prefix of the bucket.
 - Download: an empty pageserver attaches the tenant (generation 2); from
-  the attach request until every layer of the index is on its disk (the
-  attach's background prefetch downloads them), against
-  `aws s3 cp --recursive` of the timeline's objects to a local directory
-  followed by `sync` (the pageserver fsyncs every file it downloads).
-- Time to first page: an empty pageserver attaches the tenant; from the
-  attach request until a GetPage of a block in the middle of
+  the attach request until every L1 is on its disk (the attach's
+  background prefetch, two layers at a time), against `aws s3 cp
+  --recursive` of the same objects to a local directory followed by
+  `sync` (the pageserver fsyncs every file it downloads).
+- Time to first page: an empty pageserver attaches the compacted tenant;
+  from the attach request until a GetPage of a block in the middle of
   pgbench_accounts is answered (and equals the backup's page), against the
-  same GetPage on the pageserver that has the layers on its disk, and
-  `aws s3 cp` of the index and of the layer objects whose key range holds
-  that block (what the read needs at least).
+  same GetPage on the pageserver that has the layers on its disk, and `aws
+  s3 cp` of the index and of the layer objects whose key range holds that
+  block (what the read needs at least).
 
 Figures go to test_output/perf/remote_storage.json and the summary.
 """
@@ -31,6 +33,7 @@ import os
 import subprocess
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +83,36 @@ def import_and_upload(pageserver_factory, minio, backup) -> tuple:
     return ps, tl, time.monotonic() - started
 
 
+def compact_and_upload(ps, minio, tl: ImportedTimeline) -> tuple[dict, float]:
+    """Forced compaction into L1s; (the index listing them, seconds from
+    the compaction's answer until that index was in the bucket)."""
+    http = ps.http_client()
+    report = http.timeline_compact(tl.tenant_id, tl.timeline_id, force_l0=True)
+    started = time.monotonic()
+    deadline = started + 1800
+    while True:
+        index = newest_index(minio, tl.tenant_id, tl.timeline_id)
+        if len(index["layers"]) == report["l1_layers_written"] and all(
+            layer["level"] == "L1" for layer in index["layers"].values()
+        ):
+            return index, time.monotonic() - started
+        assert time.monotonic() < deadline, f"the L1s of {report} not uploaded after 1800 s"
+        time.sleep(0.02)
+
+
+def aws_upload(minio, ps, tl: ImportedTimeline, names, staging: Path, dest: str) -> float:
+    """Seconds of `aws s3 cp` of the layer files `names` (hard-linked into
+    `staging`) to `dest` under the bucket."""
+    staging.mkdir()
+    tl_dir = ps.workdir / "tenants" / tl.tenant_id / "timelines" / tl.timeline_id
+    for name in names:
+        os.link(tl_dir / name, staging / name)
+    target = f"s3://{minio.bucket}/{dest}/"
+    if len(names) == 1:
+        return timed(minio.aws_cli, "s3", "cp", "--quiet", str(staging / names[0]), target)
+    return timed(minio.aws_cli, "s3", "cp", "--recursive", "--quiet", str(staging), target)
+
+
 def timed(fn, *args) -> float:
     started = time.monotonic()
     fn(*args)
@@ -99,44 +132,46 @@ def wait_resident(ps, tl: ImportedTimeline, layers: dict[str, dict], timeout: fl
         time.sleep(0.02)
 
 
+def throughput_row(what: str, files: int, total: int, ours_s: float, aws_s: float) -> dict:
+    mib = total / MIB
+    return {"transfer": what, "files": files, "mib": round(mib, 1), "pageserver_mib_s": round(mib / ours_s, 1),
+            "aws_cli_mib_s": round(mib / aws_s, 1), "of_aws_cli": round(aws_s / ours_s, 2)}  # fmt: skip
+
+
 def test_upload_download_throughput(pageserver_factory, minio, bench_backup, test_output_dir, request):
     ps1, tl, upload_s = import_and_upload(pageserver_factory, minio, bench_backup)
-    index = newest_index(minio, tl.tenant_id, tl.timeline_id)
-    total = sum(layer["file_size"] for layer in index["layers"].values())
-    assert local_layers(ps1, tl.tenant_id, tl.timeline_id) == {n: l["file_size"] for n, l in index["layers"].items()}
+    l0 = newest_index(minio, tl.tenant_id, tl.timeline_id)["layers"]
+    assert local_layers(ps1, tl.tenant_id, tl.timeline_id) == {n: layer["file_size"] for n, layer in l0.items()}
+    aws_l0_s = aws_upload(minio, ps1, tl, sorted(l0), test_output_dir / "staging_l0", "baseline/l0")
+    l0_bytes = sum(layer["file_size"] for layer in l0.values())
 
-    staging = test_output_dir / "staging"
-    staging.mkdir()
-    tl_dir = ps1.workdir / "tenants" / tl.tenant_id / "timelines" / tl.timeline_id
-    for name in index["layers"]:
-        os.link(tl_dir / name, staging / name)
-    aws_up_s = timed(minio.aws_cli, "s3", "cp", "--recursive", "--quiet", str(staging), f"s3://{minio.bucket}/baseline/up/")
+    index, upload_l1_s = compact_and_upload(ps1, minio, tl)
+    l1 = index["layers"]
+    l1_bytes = sum(layer["file_size"] for layer in l1.values())
+    aws_l1_s = aws_upload(minio, ps1, tl, sorted(l1), test_output_dir / "staging_l1", "baseline/l1")
     ps1.stop()
 
     ps2 = remote_pageserver(pageserver_factory, minio, "ps2")
     started = time.monotonic()
     ps2.http_client().tenant_attach(tl.tenant_id, 2)
-    wait_resident(ps2, tl, index["layers"])
+    wait_resident(ps2, tl, l1)
     download_s = time.monotonic() - started
     ps2.stop()
 
     dest = test_output_dir / "aws_down"
-    src = f"s3://{minio.bucket}/{timeline_prefix(tl.tenant_id, tl.timeline_id)}"
+    src = f"s3://{minio.bucket}/baseline/l1/"
 
     def aws_down():
         minio.aws_cli("s3", "cp", "--recursive", "--quiet", src, str(dest))
         subprocess.run(["sync"], check=True)
 
     aws_down_s = timed(aws_down)
-    mib = total / MIB
+    assert sorted(p.name for p in dest.iterdir()) == sorted(l1)
     rows = [
-        {"direction": "upload", "layers": len(index["layers"]), "mib": round(mib, 1),
-         "pageserver_mib_s": round(mib / upload_s, 1), "aws_cli_mib_s": round(mib / aws_up_s, 1),
-         "of_aws_cli": round(aws_up_s / upload_s, 2)},
-        {"direction": "download", "layers": len(index["layers"]), "mib": round(mib, 1),
-         "pageserver_mib_s": round(mib / download_s, 1), "aws_cli_mib_s": round(mib / aws_down_s, 1),
-         "of_aws_cli": round(aws_down_s / download_s, 2)},
-    ]  # fmt: skip
+        throughput_row("upload of the import's L0", len(l0), l0_bytes, upload_s, aws_l0_s),
+        throughput_row("upload of the L1s after compaction", len(l1), l1_bytes, upload_l1_s, aws_l1_s),
+        throughput_row("download of the L1s at attach", len(l1), l1_bytes, download_s, aws_down_s),
+    ]
     record(request, "remote storage upload and download", rows)
 
 
@@ -159,6 +194,7 @@ def first_page(ps, tl: ImportedTimeline, rel, blkno: int, timeout: float = 600) 
 
 def test_time_to_first_page(pageserver_factory, minio, bench_backup, test_output_dir, request):
     ps1, tl, _ = import_and_upload(pageserver_factory, minio, bench_backup)
+    index, _ = compact_and_upload(ps1, minio, tl)
     rel = max(bench_backup.relations, key=bench_backup.nblocks)  # pgbench_accounts
     blkno = bench_backup.nblocks(rel) // 2
     with tarfile.open(bench_backup.path) as tar:
@@ -170,7 +206,6 @@ def test_time_to_first_page(pageserver_factory, minio, bench_backup, test_output
         warm_s = time.perf_counter() - started
     assert isinstance(warm, GetPageResponse) and warm.page == expected
     ps1.stop()
-    index = newest_index(minio, tl.tenant_id, tl.timeline_id)
     needed = layers_holding(index, key_of(rel, blkno))
     assert needed, "no layer of the index holds the block"
 

@@ -353,32 +353,50 @@ def test_split_brain_generations(pageserver_factory, minio, testing_pageserver_b
     assert e.value.status == 409 and "generation 2" in e.value.msg, e.value
 
 
+def wait_index_lists_all(minio, http, tenant: str, timeline: str, timeout: float = 30.0) -> dict:
+    """Waits until the newest index in the bucket lists as many layers as
+    the timeline has (after a compaction: its L1s, not the L0s); returns it."""
+    def listed():
+        info = http.timeline_get(tenant, timeline)
+        count = info["l0_layers"] + info["l1_layers"] + info["image_layers"]
+        index = newest_index(minio, tenant, timeline)
+        assert len(index["layers"]) == count, f"the index lists {len(index['layers'])} layers, the timeline has {count}"
+        return index
+
+    return wait_until(listed, timeout=timeout, what="the index to list every layer")
+
+
 def test_eviction_and_download_on_demand(pageserver_factory, minio, small_backup):
     budget = 1 * MIB
     ps = remote_pageserver(
-        pageserver_factory, minio, "ps", checkpoint_distance="4 MiB",
+        pageserver_factory, minio, "ps", compaction_period="0 s", compaction_target_size="2 MiB",
         disk_usage_based_eviction={"max_resident_bytes": "1 MiB", "period": "1 s"},
     )  # fmt: skip
     http = ps.http_client()
     tl = import_backup(ps, small_backup)
     t, tlid = tl.tenant_id, tl.timeline_id
-    wait_uploaded(http, t, tlid)
-    index = newest_index(minio, t, tlid)
-    assert len(index["layers"]) >= 1
+    # L1s of 2 MiB: many layers, each over the budget alone.
+    report = http.timeline_compact(t, tlid, force_l0=True)
+    assert report["l1_layers_written"] >= 4, report
+    index = wait_index_lists_all(minio, http, t, tlid)
+    layers = len(index["layers"])
 
-    def evicted():
+    def evicted() -> set[str]:
         resident = local_layers(ps, t, tlid)
         assert sum(resident.values()) <= budget, f"{sum(resident.values())} bytes of layers resident"
-        assert set(index["layers"]) - set(resident), "every layer is still resident"
+        gone = set(index["layers"]) - set(resident)
         m = http.metrics()
-        assert m.value("pageserver_layer_evictions_total") > 0
+        assert m.value("pageserver_layer_evictions_total") >= len(gone) >= layers - 1, f"{len(gone)} evicted"
         assert m.value("pageserver_resident_physical_size") <= budget
+        return gone
 
-    wait_until(evicted, timeout=30, what="eviction down to max_resident_bytes")
-    downloaded = http.metrics().value_or("pageserver_remote_timeline_client_bytes_finished_total", 0, op_kind="download")
+    gone = wait_until(evicted, timeout=30, what="eviction down to max_resident_bytes")
+    downloads = "pageserver_remote_operation_seconds_count"
+    before = http.metrics().value_or(downloads, 0, file_kind="layer", op_kind="download")
     compare_all(ps, tl, small_backup)
-    after = http.metrics().value("pageserver_remote_timeline_client_bytes_finished_total", op_kind="download")
-    assert after > downloaded, "every page read back, but nothing was downloaded"
+    after = http.metrics().value(downloads, file_kind="layer", op_kind="download")
+    assert after - before >= len(gone), f"{after - before} downloads to read {len(gone)} evicted layers"
+    wait_until(evicted, timeout=30, what="eviction after the reads")
 
 
 def test_detach_then_attach_again(pageserver_factory, minio, small_backup):
