@@ -19,9 +19,9 @@ of `compaction_target_size` (128 MiB), as a tenant has them in steady state.
 - Time to first page: an empty pageserver attaches the compacted tenant;
   from the attach request until a GetPage of a block in the middle of
   pgbench_accounts is answered (and equals the backup's page), against the
-  same GetPage on the pageserver that has the layers on its disk, and `aws
-  s3 cp` of the index and of the layer objects whose key range holds that
-  block (what the read needs at least).
+  same GetPage on the pageserver that has the layers on its disk (median
+  of 21), and `aws s3 cp` of the index and of the layer objects whose key
+  range holds that block (what the read needs at least).
 
 Figures go to test_output/perf/remote_storage.json and the summary.
 """
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import tarfile
 import time
@@ -199,12 +200,14 @@ def test_time_to_first_page(pageserver_factory, minio, bench_backup, test_output
     blkno = bench_backup.nblocks(rel) // 2
     with tarfile.open(bench_backup.path) as tar:
         expected = next(p for b, p in bench_backup.read_blocks(tar, rel) if b == blkno)
+    warm_s = []
     with ps1.pagestream(tl.tenant_id, tl.timeline_id) as c:
         c.get_page(rel, blkno)
-        started = time.perf_counter()
-        warm = c.get_page(rel, blkno)
-        warm_s = time.perf_counter() - started
-    assert isinstance(warm, GetPageResponse) and warm.page == expected
+        for _ in range(21):
+            started = time.perf_counter()
+            warm = c.get_page(rel, blkno)
+            warm_s.append(time.perf_counter() - started)
+            assert isinstance(warm, GetPageResponse) and warm.page == expected
     ps1.stop()
     needed = layers_holding(index, key_of(rel, blkno))
     assert needed, "no layer of the index holds the block"
@@ -228,7 +231,7 @@ def test_time_to_first_page(pageserver_factory, minio, bench_backup, test_output
     rows = [{
         "layers": len(index["layers"]), "needed_layers": len(needed), "needed_mib": round(needed_mib, 1),
         "attach_ms": round(attach_s * 1000, 1), "first_page_ms": round(first_s * 1000, 1),
-        "resident_at_first_page": len(resident), "warm_getpage_ms": round(warm_s * 1000, 3),
+        "resident_at_first_page": len(resident), "warm_getpage_ms_median": round(statistics.median(warm_s) * 1000, 3),
         "aws_cli_needed_ms": round(aws_s * 1000, 1), "of_aws_cli": round(aws_s / first_s, 2),
     }]  # fmt: skip
     record(request, "remote storage time to first page", rows)
