@@ -79,7 +79,9 @@ def record_at_checkpoint(ps, tenant: str, timeline: str, pg, what: str):
     wait_for_lsn(ps.http_client(), tenant, timeline, lsn)
     res = compare_with_primary(ps, tenant, timeline, pg, lsn)
     assert not res.mismatches, f"{what}: {len(res.mismatches)} mismatches:\n" + "\n".join(res.mismatches[:40])
-    return record_served(ps, tenant, timeline, pg.datadir, lsn)
+    rec = record_served(ps, tenant, timeline, pg.datadir, lsn)
+    assert rec.pages > 1000 and rec.slru, f"{what}: only {rec.pages} pages recorded"
+    return rec
 
 
 def test_attach_after_losing_the_disk(pageserver_factory, minio, primary):
