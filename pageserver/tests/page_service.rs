@@ -22,7 +22,12 @@ fn modes() -> Vec<PageServiceConf> {
         pipelining: PageServicePipeliningConfig::Serial,
         ..PageServiceConf::default()
     };
-    vec![serial, PageServiceConf::default()]
+    let mut two_in_flight = PageServiceConf::default();
+    let PageServicePipeliningConfig::Pipelined(p) = &mut two_in_flight.pipelining else {
+        unreachable!("the default is pipelined")
+    };
+    p.max_batches_in_flight = std::num::NonZeroUsize::new(2).unwrap();
+    vec![serial, PageServiceConf::default(), two_in_flight]
 }
 
 /// The v3 echo of the request header (v2 responses carry none).
@@ -378,6 +383,7 @@ async fn start_up_fails_on_bad_conf() {
                 execution:
                     pageserver_api::config::PageServiceProtocolPipelinedExecutionStrategy::Tasks,
                 batching: Default::default(),
+                max_batches_in_flight: NonZeroUsize::MIN,
             },
         ),
         ..PageServiceConf::default()

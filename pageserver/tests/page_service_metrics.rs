@@ -32,6 +32,7 @@ fn pipelined(max: usize, batching: Batching) -> PageServiceConf {
             max_batch_size: NonZeroUsize::new(max).unwrap(),
             execution: Execution::ConcurrentFutures,
             batching,
+            max_batches_in_flight: NonZeroUsize::MIN,
         }),
         ..PageServiceConf::default()
     }
@@ -208,6 +209,7 @@ async fn tenant_deletion_closes_connections_of_clients_that_never_read() {
                     max_batch_size: NonZeroUsize::new(32).unwrap(),
                     execution: Execution::Tasks,
                     batching: Batching::ScatteredLsn,
+                    max_batches_in_flight: NonZeroUsize::MIN,
                 },
             ),
             ..Default::default()

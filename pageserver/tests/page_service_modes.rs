@@ -24,11 +24,21 @@ use rand::{Rng, SeedableRng};
 use utils::lsn::Lsn;
 
 fn pipelined(max: usize, execution: Execution, batching: Batching) -> PageServiceConf {
+    pipelined_in_flight(max, execution, batching, 1)
+}
+
+fn pipelined_in_flight(
+    max: usize,
+    execution: Execution,
+    batching: Batching,
+    in_flight: usize,
+) -> PageServiceConf {
     PageServiceConf {
         pipelining: PageServicePipeliningConfig::Pipelined(PageServicePipeliningConfigPipelined {
             max_batch_size: NonZeroUsize::new(max).unwrap(),
             execution,
             batching,
+            max_batches_in_flight: NonZeroUsize::new(in_flight).unwrap(),
         }),
         ..PageServiceConf::default()
     }
@@ -49,6 +59,9 @@ fn all_modes() -> Vec<PageServiceConf> {
         pipelined(32, Execution::ConcurrentFutures, Batching::UniformLsn),
         pipelined(4, Execution::Tasks, Batching::UniformLsn),
         pipelined(1, Execution::ConcurrentFutures, Batching::ScatteredLsn),
+        pipelined_in_flight(32, Execution::ConcurrentFutures, Batching::ScatteredLsn, 2),
+        pipelined_in_flight(32, Execution::Tasks, Batching::UniformLsn, 4),
+        pipelined_in_flight(3, Execution::ConcurrentFutures, Batching::ScatteredLsn, 3),
     ]
 }
 
@@ -171,6 +184,12 @@ async fn waits_for_wal_then_answers_or_times_out() {
         env.addr,
         env.spawn_service(pipelined(32, Execution::ConcurrentFutures, Batching::ScatteredLsn)),
         env.spawn_service(pipelined(32, Execution::Tasks, Batching::UniformLsn)),
+        env.spawn_service(pipelined_in_flight(
+            32,
+            Execution::ConcurrentFutures,
+            Batching::ScatteredLsn,
+            2,
+        )),
     ];
     for (i, addr) in addrs.into_iter().enumerate() {
         let mut c = PgConn::connect(addr).await;
@@ -179,9 +198,12 @@ async fn waits_for_wal_then_answers_or_times_out() {
 
         // not_modified_since in the future: the batch waits for it.
         let target = Lsn(l3.0 + i as u64 * 0x100);
+        // The Nblocks does not wait: with batches in flight it is done
+        // first, and still answered after the pages.
         let reqs = [
             get_page(hdr(1, Lsn::MAX, target), REL_A, 5),
             get_page(hdr(2, Lsn::MAX, target), REL_A, 6),
+            nblocks(latest(3), REL_A),
         ];
         let tl = env.timeline.clone();
         let writer = tokio::spawn(async move {
@@ -196,11 +218,12 @@ async fn waits_for_wal_then_answers_or_times_out() {
         assert_eq!(p.page, page_image(REL_A.relnode, 5, 3));
         let PagestreamBeMessage::GetPage(p) = &resps[1] else { panic!("{:?}", resps[1]) };
         assert_eq!(p.page, page_image(REL_A.relnode, 6, 1));
+        assert!(matches!(&resps[2], PagestreamBeMessage::Nblocks(_)), "{:?}", resps[2]);
 
         // WAL that never arrives: in-band error after wait_lsn_timeout.
         let started = Instant::now();
         let never = Lsn(0x7000_0000);
-        let resp = c.request(&get_page(hdr(3, Lsn::MAX, never), REL_A, 0), V3).await;
+        let resp = c.request(&get_page(hdr(4, Lsn::MAX, never), REL_A, 0), V3).await;
         assert!(error_message(&resp).contains("timed out"), "{resp:?}");
         let waited = started.elapsed();
         assert!(
@@ -208,7 +231,7 @@ async fn waits_for_wal_then_answers_or_times_out() {
             "{waited:?}"
         );
         // The stream is still usable.
-        let resp = c.request(&nblocks(latest(4), REL_A), V3).await;
+        let resp = c.request(&nblocks(latest(5), REL_A), V3).await;
         assert!(matches!(resp, PagestreamBeMessage::Nblocks(n) if n.n_blocks == 12));
     }
     env.stop().await;
@@ -220,6 +243,7 @@ async fn client_that_never_reads_does_not_block_shutdown() {
         serial(),
         pipelined(32, Execution::ConcurrentFutures, Batching::ScatteredLsn),
         pipelined(32, Execution::Tasks, Batching::ScatteredLsn),
+        pipelined_in_flight(32, Execution::ConcurrentFutures, Batching::ScatteredLsn, 4),
     ] {
         let what = format!("{:?}", conf.pipelining);
         let mut env = TestEnv::start(conf).await;

@@ -26,8 +26,11 @@ from fixtures.pageserver import TEST_OUTPUT
 
 pytestmark = pytest.mark.perf
 
-# (io_engine, direct_io)
-CONFIGS = [("std-fs", False), ("io-uring", False), ("std-fs", True), ("io-uring", True)]
+# (io_engine, direct_io, max_batches_in_flight of the pipelined handler)
+CONFIGS = [
+    ("std-fs", False, 1), ("io-uring", False, 1), ("std-fs", True, 1), ("io-uring", True, 1),
+    ("std-fs", True, 2), ("io-uring", True, 2), ("io-uring", True, 4),
+]  # fmt: skip
 DEPTHS = [1, 32]
 
 
@@ -59,15 +62,17 @@ def test_cold_reads_per_engine(pageserver, pgbench_s100_backup_or_small, request
     import_backup(ps, pgbench_s100_backup_or_small)
     layer = largest_layer(ps.workdir)
     rows = []
-    for engine, direct in CONFIGS:
+    for engine, direct, in_flight in CONFIGS:
         ps.stop()
-        ps.start(extra_overrides={"io_engine": engine, "direct_io": direct})
+        pipelining = {"mode": "pipelined", "max_batch_size": 32, "execution": "concurrent-futures",
+                      "max_batches_in_flight": in_flight}  # fmt: skip
+        ps.start(extra_overrides={"io_engine": engine, "direct_io": direct, "page_service_pipelining": pipelining})
         for depth in DEPTHS:
             drop_caches()
             res = run_pagebench(ps, runtime=f"{runtime_s}s", queue_depth=depth)
             assert res.error_count == 0, res.stderr[-2000:]
             name = f"{engine} direct" if direct else f"{engine} buffered"
-            rows.append({"engine": name, "queue_depth": depth, "getpage_per_s": round(res.rps),
+            rows.append({"engine": name, "batches_in_flight": in_flight, "queue_depth": depth, "getpage_per_s": round(res.rps),
                          "p50_us": res.latency_us("p50"), "p99_us": res.latency_us("p99")})
     for depth in DEPTHS:
         drop_caches()

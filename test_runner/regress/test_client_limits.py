@@ -107,11 +107,13 @@ def test_connection_limit_refuses_with_53300_and_http_keeps_answering(pageserver
         c.close()
 
 
-@pytest.mark.parametrize("mode", ["serial", "pipelined"])
+@pytest.mark.parametrize("mode", ["serial", "pipelined", "pipelined-4-in-flight"])
 def test_waiters_that_leave_are_released_within_a_second(pageserver_factory, mode):
     pipelining = {"mode": "serial"}
-    if mode == "pipelined":
+    if mode.startswith("pipelined"):
         pipelining = {"mode": "pipelined", "max_batch_size": 32, "execution": "concurrent-futures"}
+    if mode == "pipelined-4-in-flight":
+        pipelining["max_batches_in_flight"] = 4
     ps = pageserver_factory.create(overrides={"page_service_pipelining": pipelining}).start()
     http = ps.http_client()
     tenant = http.tenant_create()

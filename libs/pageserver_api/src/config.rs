@@ -4,7 +4,8 @@
 //!
 //! `page_service_pipelining` (TOML), in Neon's shape:
 //! `{ mode = "serial" }` or `{ mode = "pipelined", max_batch_size = 32,
-//! execution = "concurrent-futures" | "tasks", batching = "uniform-lsn" | "scattered-lsn" }`.
+//! execution = "concurrent-futures" | "tasks", batching = "uniform-lsn" | "scattered-lsn",
+//! max_batches_in_flight = 1 }` (the last key is ours).
 
 use std::num::NonZeroUsize;
 
@@ -55,11 +56,26 @@ impl From<PipeliningInput> for PageServicePipeliningConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PageServicePipeliningConfigPipelined {
+    /// GetPages a connection reads at once, at most.
     pub max_batch_size: NonZeroUsize,
     pub execution: PageServiceProtocolPipelinedExecutionStrategy,
     #[serde(default)]
     pub batching: PageServiceProtocolPipelinedBatchingStrategy,
+    /// Batches a connection executes at once (answered in order). Each holds
+    /// at most `max_batch_size / max_batches_in_flight` (rounded up)
+    /// GetPages, so a connection reads at most about `max_batch_size` pages
+    /// at once either way; more batches in flight keep the disk busy while
+    /// the first batch's answers go out and the client's next requests come
+    /// in.
+    #[serde(default = "default_batches_in_flight")]
+    pub max_batches_in_flight: NonZeroUsize,
 }
+
+fn default_batches_in_flight() -> NonZeroUsize {
+    NonZeroUsize::new(DEFAULT_BATCHES_IN_FLIGHT).unwrap()
+}
+
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -82,6 +98,7 @@ impl Default for PageServicePipeliningConfig {
             max_batch_size: NonZeroUsize::new(32).unwrap(),
             execution: PageServiceProtocolPipelinedExecutionStrategy::ConcurrentFutures,
             batching: PageServiceProtocolPipelinedBatchingStrategy::ScatteredLsn,
+            max_batches_in_flight: default_batches_in_flight(),
         })
     }
 }

@@ -1,9 +1,13 @@
 //! The executor's half of a request: wait for the effective LSN, read, and
-//! encode the responses (in request order) into the connection's
-//! `FrameWriter` (pages are referenced, not copied). Shared by the serial and pipelined handlers; flushing is theirs.
+//! collect the responses (in request order) into a [`Responses`] list, which
+//! the handler encodes into the connection's `FrameWriter` with
+//! [`write_responses`] (pages are referenced, not copied). Shared by the
+//! serial and pipelined handlers; encoding and flushing are theirs, so the
+//! pipelined handler can execute several items at once and still answer in
+//! order.
 //!
 //! Invariants:
-//! - exactly one response is encoded per request, in request order, unless
+//! - exactly one response is collected per request, in request order, unless
 //!   the result is `Err(QueryError::Shutdown)` (then the stream ends and
 //!   nothing more is sent);
 //! - a GetPage batch costs one wait (for its highest effective LSN, only if
@@ -33,6 +37,10 @@ use crate::pgdatadir_mapping as datadir;
 use crate::tenant::{ReadKind, Timeline};
 use pq_proto::FrameWriter;
 
+/// The responses of one unit of work, in request order. Inline for the
+/// common single response.
+pub type Responses = SmallVec<[PagestreamBeMessage; 1]>;
+
 /// Every read of the page service is labelled so in the storage metrics.
 const PAGE_READ: ReadKind = ReadKind::PageRequestHandler;
 
@@ -55,16 +63,12 @@ pub fn client_gone() -> QueryError {
     ))
 }
 
-fn encode_error(
-    out: &mut FrameWriter,
-    v: PagestreamProtocolVersion,
-    hdr: PagestreamRequest,
-    err: &PageStreamError,
-) {
+fn push_error(out: &mut Responses, hdr: PagestreamRequest, err: &PageStreamError) {
     debug!(reqid = hdr.reqid, "pagestream request failed: {err}");
-    let msg =
-        PagestreamBeMessage::Error(PagestreamErrorResponse { req: hdr, message: err.to_string() });
-    write_response(out, &msg, v);
+    out.push(PagestreamBeMessage::Error(PagestreamErrorResponse {
+        req: hdr,
+        message: err.to_string(),
+    }));
 }
 
 /// Waits until `lsn` is readable, if it is not already; observes the wait.
@@ -78,11 +82,17 @@ async fn wait_for(ctx: &ExecCtx<'_>, lsn: Lsn) -> Result<(), PageStreamError> {
     res.map_err(PageStreamError::from)
 }
 
-/// Executes one unit of work and encodes its responses into `out`.
-pub async fn execute(
+/// Executes one unit of work; its responses, one per request, in order.
+pub async fn execute(ctx: &ExecCtx<'_>, work: BatchedFeMessage) -> Result<Responses, QueryError> {
+    let mut out = Responses::new();
+    execute_into(ctx, work, &mut out).await?;
+    Ok(out)
+}
+
+async fn execute_into(
     ctx: &ExecCtx<'_>,
     work: BatchedFeMessage,
-    out: &mut FrameWriter,
+    out: &mut Responses,
 ) -> Result<(), QueryError> {
     match work {
         BatchedFeMessage::GetPage(batch) => execute_getpages(ctx, batch, out).await,
@@ -98,17 +108,17 @@ pub async fn execute(
                 Ok(msg) => msg,
                 Err(PageStreamError::Shutdown) => return Err(QueryError::Shutdown),
                 Err(err) => {
-                    encode_error(out, ctx.version, *req.header(), &err);
+                    push_error(out, *req.header(), &err);
                     METRICS.smgr_query_seconds(kind).observe(started.elapsed().as_secs_f64());
                     return Ok(());
                 }
             };
-            write_response(out, &msg, ctx.version);
+            out.push(msg);
             METRICS.smgr_query_seconds(kind).observe(started.elapsed().as_secs_f64());
             Ok(())
         }
         BatchedFeMessage::RespondError { hdr, err } => {
-            encode_error(out, ctx.version, hdr, &err);
+            push_error(out, hdr, &err);
             Ok(())
         }
         BatchedFeMessage::Fatal(e) => Err(e),
@@ -160,7 +170,7 @@ async fn execute_single(
 async fn execute_getpages(
     ctx: &ExecCtx<'_>,
     batch: GetPageBatch,
-    out: &mut FrameWriter,
+    out: &mut Responses,
 ) -> Result<(), QueryError> {
     let started = Instant::now();
     let n = batch.pages.len();
@@ -188,11 +198,10 @@ async fn execute_getpages(
             for (item, res) in batch.pages.iter().zip(results) {
                 match res {
                     Ok(page) if page.len() == BLCKSZ => {
-                        let msg = PagestreamBeMessage::GetPage(PagestreamGetPageResponse {
+                        out.push(PagestreamBeMessage::GetPage(PagestreamGetPageResponse {
                             req: item.req,
                             page,
-                        });
-                        write_response(out, &msg, ctx.version);
+                        }));
                     }
                     Ok(page) => {
                         let err = PageStreamError::Read(format!(
@@ -202,11 +211,11 @@ async fn execute_getpages(
                             item.lsn,
                             page.len()
                         ));
-                        encode_error(out, ctx.version, item.req.hdr, &err);
+                        push_error(out, item.req.hdr, &err);
                     }
                     Err(e) => match PageStreamError::from(e) {
                         PageStreamError::Shutdown => return Err(QueryError::Shutdown),
-                        err => encode_error(out, ctx.version, item.req.hdr, &err),
+                        err => push_error(out, item.req.hdr, &err),
                     },
                 }
             }
@@ -214,7 +223,7 @@ async fn execute_getpages(
         Err(PageStreamError::Shutdown) => return Err(QueryError::Shutdown),
         Err(err) => {
             for item in &batch.pages {
-                encode_error(out, ctx.version, item.req.hdr, &err);
+                push_error(out, item.req.hdr, &err);
             }
         }
     }
@@ -226,8 +235,14 @@ async fn execute_getpages(
     Ok(())
 }
 
-/// One pagestream response in one CopyData; a page or SLRU segment is
-/// referenced, not copied (see `FrameWriter::copy_data_with_body`).
-fn write_response(out: &mut FrameWriter, msg: &PagestreamBeMessage, v: PagestreamProtocolVersion) {
-    out.copy_data_with_body(msg.serialized_len(v), |buf| msg.serialize_head_into(buf, v));
+/// Encodes `responses` in order, each in one CopyData; a page or SLRU
+/// segment is referenced, not copied (see `FrameWriter::copy_data_with_body`).
+pub fn write_responses(
+    out: &mut FrameWriter,
+    responses: &[PagestreamBeMessage],
+    v: PagestreamProtocolVersion,
+) {
+    for msg in responses {
+        out.copy_data_with_body(msg.serialized_len(v), |buf| msg.serialize_head_into(buf, v));
+    }
 }

@@ -20,15 +20,26 @@
 //!   the reader waits until the executor takes the pending value, so at most
 //!   one item is buffered beyond the pending batch, and the socket provides
 //!   backpressure to the client from there.
-//! - The executor takes whatever is pending, whole. There are no timers: a
-//!   batch grows only while the executor is busy (executing or flushing the
-//!   previous one), so a client with one request in flight pays nothing for
-//!   batching and a client with many in flight gets them batched.
+//! - The executor takes whatever is pending, whole, whenever fewer than
+//!   `max_batches_in_flight` items are executing. There are no timers: a
+//!   batch grows only while the executor cannot take it (all its slots
+//!   busy, or flushing), so a client with one request in flight pays
+//!   nothing for batching and a client with many in flight gets them
+//!   batched.
+//! - With more than one batch in flight, a batch holds at most
+//!   `max_batch_size / max_batches_in_flight` (rounded up) GetPages. A
+//!   client with 32 requests outstanding then has two batches of 16 reading
+//!   at once (the default of one batch reads all 32 together); when the
+//!   first is answered, the client's next requests form a batch that reads
+//!   while the second is still on the disk, so the disk never idles between
+//!   batches.
 //! - Order: the channel is FIFO at the granularity of items, a batch keeps
-//!   its requests in arrival order, and the executor writes each item's
-//!   responses before taking the next one. Responses are therefore strictly
-//!   in request order, errors included.
-//! - The executor flushes the socket once per item (once per batch).
+//!   its requests in arrival order, and the executor answers items in the
+//!   order it took them (`FuturesOrdered`): an item's responses are encoded
+//!   only after every earlier item's. Responses are therefore strictly in
+//!   request order, errors included.
+//! - The executor flushes the socket once for all the items that are done
+//!   when it looks (at least once per item answered).
 //!
 //! # Execution strategies
 //!
@@ -48,11 +59,12 @@
 //!   (`spsc_fold` drains after the sender is gone; execution is polled before
 //!   `client_gone`); work that would wait (for WAL, for IO) is abandoned at
 //!   once, so a client that leaves never holds the connection, its socket or
-//!   a WAL waiter for `wait_lsn_timeout`. Then `SenderGone` ends the stream.
+//!   a WAL waiter for `wait_lsn_timeout`. Then `SenderGone` ends the stream
+//!   once every item taken is answered.
 //! - Protocol error seen by the reader (bad CopyData, wrong message type,
 //!   oversized frame): it sends a `Fatal` item and stops. The executor
-//!   answers everything before it, then returns that error; the connection
-//!   sends an ErrorResponse and closes.
+//!   answers everything before it, flushes, then returns that error; the
+//!   connection sends an ErrorResponse and closes.
 //! - Per-request errors never end the stream: they are in-band responses.
 //! - Executor failure (socket write error, shutdown): the executor returns
 //!   and cancels `reader_cancel`, which ends a reader blocked in a socket
@@ -69,6 +81,9 @@
 
 use std::sync::Arc;
 
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
+
 use pageserver_api::config::{
     PageServicePipeliningConfigPipelined,
     PageServiceProtocolPipelinedExecutionStrategy as Execution,
@@ -80,7 +95,9 @@ use utils::spsc_fold;
 
 use super::batch::{self, BatchedFeMessage};
 use super::error::QueryError;
-use super::execute::{client_gone as client_gone_error, execute, ExecCtx};
+use super::execute::{
+    client_gone as client_gone_error, execute, write_responses, ExecCtx, Responses,
+};
 use super::request::next_request;
 use crate::tenant::Timeline;
 use pq_proto::{FrameReader, FrameWriter};
@@ -98,17 +115,20 @@ pub async fn run(
     let reader_cancel = cancel.child_token();
     // Cancelled by the reader at EOF or Terminate.
     let client_gone = CancellationToken::new();
+    let in_flight = conf.max_batches_in_flight.get();
+    let batch_size = conf.max_batch_size.get().div_ceil(in_flight);
     let read_half = read_loop(
         reader,
         tx,
         Arc::clone(&tl),
         version,
-        (conf.max_batch_size.get(), conf.batching),
+        (batch_size, conf.batching),
         reader_cancel.clone(),
         client_gone.clone(),
     );
     let exec_half = async {
-        let res = exec_loop(rx, writer, &tl, version, cancel, &client_gone).await;
+        let ctx = ExecCtx { tl: &tl, version, cancel, pipelined: true };
+        let res = exec_loop(rx, writer, &ctx, in_flight, &client_gone).await;
         reader_cancel.cancel();
         res
     };
@@ -170,34 +190,62 @@ async fn read_loop(
     }
 }
 
-/// The executor: answer work items in order, one flush per item.
+/// The executor: execute up to `max_in_flight` work items at once, answer
+/// them in the order taken.
 async fn exec_loop(
     mut rx: spsc_fold::Receiver<BatchedFeMessage>,
     writer: &mut FrameWriter,
-    tl: &Timeline,
-    version: PagestreamProtocolVersion,
-    cancel: &CancellationToken,
+    ctx: &ExecCtx<'_>,
+    max_in_flight: usize,
     client_gone: &CancellationToken,
 ) -> Result<(), QueryError> {
-    let ctx = ExecCtx { tl, version, cancel, pipelined: true };
+    assert!(max_in_flight > 0);
+    let cancel = ctx.cancel;
     // One registration for the whole stream, not one per batch.
     let gone = client_gone.cancelled();
     tokio::pin!(gone);
-    loop {
-        let work = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Err(QueryError::Shutdown),
-            r = rx.recv() => match r {
-                Ok(work) => work,
-                Err(spsc_fold::RecvError::SenderGone) => return Ok(()),
-            },
-        };
+    let mut executing = FuturesOrdered::new();
+    let mut sender_open = true;
+    while sender_open || !executing.is_empty() {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
-            r = execute(&ctx, work, &mut *writer) => r?,
-            _ = &mut gone => return Err(client_gone_error()),
+            Some(done) = executing.next(), if !executing.is_empty() => {
+                answer_done(done, &mut executing, writer, ctx).await?;
+            }
+            r = rx.recv(), if sender_open && executing.len() < max_in_flight => match r {
+                Ok(work) => executing.push_back(execute(ctx, work)),
+                Err(spsc_fold::RecvError::SenderGone) => sender_open = false,
+            },
+            // Only work that would still wait is abandoned: what is done is
+            // answered first (the branch above is polled before this one).
+            _ = &mut gone, if !executing.is_empty() => return Err(client_gone_error()),
         }
-        writer.flush(cancel).await?;
     }
+    Ok(())
+}
+
+/// Encodes `done` and every later item that is already done, then flushes
+/// once. An item that failed ends the stream after the answers before it.
+async fn answer_done<F>(
+    mut done: Result<Responses, QueryError>,
+    executing: &mut FuturesOrdered<F>,
+    writer: &mut FrameWriter,
+    ctx: &ExecCtx<'_>,
+) -> Result<(), QueryError>
+where
+    F: std::future::Future<Output = Result<Responses, QueryError>>,
+{
+    let failed = loop {
+        match done {
+            Ok(responses) => write_responses(writer, &responses, ctx.version),
+            Err(e) => break Some(e),
+        }
+        match executing.next().now_or_never() {
+            Some(Some(next)) => done = next,
+            _ => break None,
+        }
+    };
+    writer.flush(ctx.cancel).await?;
+    failed.map_or(Ok(()), Err)
 }

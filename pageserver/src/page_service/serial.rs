@@ -11,7 +11,7 @@ use pageserver_api::pagestream::PagestreamProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
 use super::error::QueryError;
-use super::execute::{client_gone, execute, ExecCtx};
+use super::execute::{client_gone, execute, write_responses, ExecCtx};
 use super::request::next_request;
 use crate::tenant::Timeline;
 use pq_proto::{FrameReader, FrameWriter};
@@ -28,13 +28,14 @@ pub async fn run(
         let Some(work) = next_request(reader, tl, version, cancel).await? else {
             return Ok(());
         };
-        let (exec, closed) = (execute(&ctx, work, &mut *writer), reader.wait_closed());
-        tokio::select! {
+        let (exec, closed) = (execute(&ctx, work), reader.wait_closed());
+        let responses = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
             r = exec => r?,
             _ = closed => return Err(client_gone()),
-        }
+        };
+        write_responses(writer, &responses, version);
         writer.flush(cancel).await?;
     }
 }
