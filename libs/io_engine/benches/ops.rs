@@ -8,6 +8,12 @@
 //! - `engine_std_fs`, `engine_io_uring`: this crate's `File`, one operation
 //!   per await (io-uring with `UringInline::Auto`, the default: page-cache
 //!   hits are read inline, and on ext4 buffered writes are written inline);
+//! - `engine_io_uring_for_read` (reads only): as `engine_io_uring`, but
+//!   every read takes a new `AlignedBuf::for_read` and drops it, as the
+//!   pageserver's readers do: measures the buffer pool (`buf_pool.rs`);
+//!   without it each read pays an allocation and the zeroing (page faults
+//!   included) of a fresh buffer, which the other cases, reusing one
+//!   buffer as the `std_pread` floor does, do not;
 //! - `io_uring_batch32`: `IoEngine::{read_exact_at,write_all_at}_many` of
 //!   32 operations, reported per operation;
 //! - `*_ring_only`: the same through the ring (`UringInline::Never`).
@@ -66,6 +72,9 @@ fn bench_ops(c: &mut Criterion) {
             bench_tokio_fs(&mut g, &rt, &path, op, size);
             bench_engine(&mut g, &rt, Engine::StdFs, &path, op, size);
             bench_engine(&mut g, &rt, Engine::Uring, &path, op, size);
+            if op == Op::Read {
+                bench_for_read(&mut g, &rt, &path, size);
+            }
             bench_batch(&mut g, &rt, Engine::Uring, &path, op, size);
             bench_engine(&mut g, &rt, Engine::UringRingOnly, &path, op, size);
             bench_batch(&mut g, &rt, Engine::UringRingOnly, &path, op, size);
@@ -196,6 +205,29 @@ fn bench_engine(
                     };
                     r.unwrap();
                     buf = b;
+                }
+                start.elapsed()
+            }
+        })
+    });
+}
+
+/// io-uring reads, each into a buffer from `AlignedBuf::for_read` that is
+/// dropped after the read (the pageserver's pattern).
+fn bench_for_read(g: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, path: &Path, size: usize) {
+    let (_e, f) = rt.block_on(open(Engine::Uring, path));
+    let counter = AtomicU64::new(0);
+    let counter = &counter;
+    g.bench_function("engine_io_uring_for_read", |b| {
+        b.to_async(rt).iter_custom(|iters| {
+            let f = f.clone();
+            async move {
+                let start = Instant::now();
+                for i in next_ops(counter, iters) {
+                    let buf = AlignedBuf::for_read(size);
+                    let (buf, r) = f.read_exact_at(buf, offset(i, size), size).await;
+                    r.unwrap();
+                    std::hint::black_box(&buf[..]);
                 }
                 start.elapsed()
             }

@@ -8,7 +8,7 @@
 //! `with_capacity` always returns zeroed memory. `for_read` may return a
 //! recycled allocation whose bytes beyond `len` (0) are stale: for buffers a
 //! read fills before anything looks at them. Every dropped buffer of a
-//! poolable size goes back to the pool.
+//! poolable size (up to 2 MiB + 64 KiB) goes back to the pool.
 
 use std::alloc::{self, Layout};
 use std::ops::{Deref, DerefMut};
@@ -45,8 +45,10 @@ impl AlignedBuf {
     /// An empty buffer with room for at least `cap` bytes, for a read to
     /// fill: taken from the pool when one of that size is free (its stale
     /// bytes are initialized but unspecified), else freshly allocated.
+    /// Above 136 KiB the capacity is rounded up to a multiple of 64 KiB, so
+    /// reads of nearby lengths reuse each other's buffers.
     pub fn for_read(cap: usize) -> Self {
-        let cap = cap.max(1).next_multiple_of(BUF_ALIGN);
+        let cap = buf_pool::read_capacity(cap.max(1).next_multiple_of(BUF_ALIGN));
         match buf_pool::take(cap) {
             Some(ptr) => AlignedBuf { ptr, len: 0, cap },
             None => AlignedBuf::with_capacity(cap),

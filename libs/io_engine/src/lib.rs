@@ -45,7 +45,9 @@
 //! [`DIRECT_IO_ALIGN`], checked here for every engine (`direct_io.rs`).
 //!
 //! Read buffers: `AlignedBuf::for_read` recycles dropped buffers of up to
-//! 136 KiB through a bounded process-wide pool (`buf_pool.rs`).
+//! 2 MiB + 64 KiB ([`MAX_POOLED_READ_BYTES`]) through a bounded process-wide
+//! pool (`buf_pool.rs`), so steady-state reads do not pay for allocating
+//! and zeroing (faulting in) a fresh buffer.
 //!
 //! Durability helpers: [`IoEngine::write_file_durably`] and [`TempFile`]
 //! (write `<name>.___temp`, fsync, rename over `<name>`, fsync the directory).
