@@ -1,7 +1,9 @@
 """The equivalent of Neon's test_page_service_batching, driven by pagebench.
 
 A pgbench scale-10 database is imported once; for every handler config
-(serial; pipelined max_batch_size 1..32 x concurrent-futures, tasks) and
+(serial; pipelined max_batch_size 1..32 x concurrent-futures, tasks, one
+batch in flight as Neon's; and the default: 32 pages as two batches in
+flight) and
 queue depth (1, 32) the daemon is restarted with that config and pagebench
 runs one client for --perf-runtime. Per cell we record, from the daemon's own
 metrics (deltas around the run): getpages, vectored gets, the batching factor
@@ -10,8 +12,8 @@ and CPU per getpage (delta of libmetrics_process_cpu_seconds_highres /
 getpages); and from pagebench: throughput and latency (mean, p50, p99, p99.9).
 
 Results go to test_output/perf/page_service_batching.json and a markdown
-summary printed at the end of the run. `--perf-smoke` runs only serial and
-pipelined(32, concurrent-futures) at both depths, 2 s each.
+summary printed at the end of the run. `--perf-smoke` runs only serial,
+pipelined(32, concurrent-futures) and the default at both depths, 2 s each.
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ def all_configs() -> list[tuple[str, dict]]:
     configs = [("serial", {"mode": "serial"})]
     for ex in EXECUTIONS:
         for n in BATCH_SIZES:
-            configs.append((f"pipelined-{ex}-{n}", {"mode": "pipelined", "max_batch_size": n, "execution": ex}))
+            configs.append((f"pipelined-{ex}-{n}", {"mode": "pipelined", "max_batch_size": n, "execution": ex,
+                                                     "max_batches_in_flight": 1}))  # fmt: skip
+    configs.append(("default-32-in-2-batches", {"mode": "pipelined", "max_batch_size": 32,
+                                                "execution": "concurrent-futures"}))  # fmt: skip
     return configs
 
 
-SMOKE_CONFIGS = {"serial", "pipelined-concurrent-futures-32"}
+SMOKE_CONFIGS = {"serial", "pipelined-concurrent-futures-32", "default-32-in-2-batches"}
 
 
 @dataclass
