@@ -2,7 +2,7 @@
 
 A pgbench scale-10 database is imported once; for every handler config
 (serial; pipelined max_batch_size 1..32 x concurrent-futures, tasks, one
-batch in flight as Neon's; and the default: 32 pages as two batches in
+batch in flight, the default, as Neon's; and 32 pages as two batches in
 flight) and
 queue depth (1, 32) the daemon is restarted with that config and pagebench
 runs one client for --perf-runtime. Per cell we record, from the daemon's own
@@ -13,7 +13,8 @@ getpages); and from pagebench: throughput and latency (mean, p50, p99, p99.9).
 
 Results go to test_output/perf/page_service_batching.json and a markdown
 summary printed at the end of the run. `--perf-smoke` runs only serial,
-pipelined(32, concurrent-futures) and the default at both depths, 2 s each.
+pipelined(32, concurrent-futures) with one and two batches in flight, at
+both depths, 2 s each.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ def all_configs() -> list[tuple[str, dict]]:
         for n in BATCH_SIZES:
             configs.append((f"pipelined-{ex}-{n}", {"mode": "pipelined", "max_batch_size": n, "execution": ex,
                                                      "max_batches_in_flight": 1}))  # fmt: skip
-    configs.append(("default-32-in-2-batches", {"mode": "pipelined", "max_batch_size": 32,
-                                                "execution": "concurrent-futures"}))  # fmt: skip
+    configs.append(("pipelined-concurrent-futures-32-2-in-flight",
+                    {"mode": "pipelined", "max_batch_size": 32, "execution": "concurrent-futures",
+                     "max_batches_in_flight": 2}))  # fmt: skip
     return configs
 
 
-SMOKE_CONFIGS = {"serial", "pipelined-concurrent-futures-32", "default-32-in-2-batches"}
+SMOKE_CONFIGS = {"serial", "pipelined-concurrent-futures-32", "pipelined-concurrent-futures-32-2-in-flight"}
 
 
 @dataclass

@@ -5,7 +5,7 @@
 //! `page_service_pipelining` (TOML), in Neon's shape:
 //! `{ mode = "serial" }` or `{ mode = "pipelined", max_batch_size = 32,
 //! execution = "concurrent-futures" | "tasks", batching = "uniform-lsn" | "scattered-lsn",
-//! max_batches_in_flight = 2 }` (the last key is ours).
+//! max_batches_in_flight = 1 }` (the last key is ours).
 
 use std::num::NonZeroUsize;
 
@@ -75,7 +75,7 @@ fn default_batches_in_flight() -> NonZeroUsize {
     NonZeroUsize::new(DEFAULT_BATCHES_IN_FLIGHT).unwrap()
 }
 
-pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

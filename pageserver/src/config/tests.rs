@@ -70,6 +70,7 @@ fn defaults() {
     assert_eq!(p.max_batch_size.get(), 32);
     assert_eq!(p.execution, PageServiceProtocolPipelinedExecutionStrategy::ConcurrentFutures);
     assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::ScatteredLsn);
+    assert_eq!(p.max_batches_in_flight.get(), 1);
 
     assert!(conf.remote_storage.is_none());
     assert!(conf.eviction.period.is_zero(), "no eviction by default");
@@ -156,6 +157,13 @@ fn override_syntax_forms() {
 #[test]
 fn every_error_names_its_key() {
     err_naming(&["no_such_key=1"], "no_such_key");
+    let err = err_naming(
+        &[
+            r#"page_service_pipelining={mode="pipelined", max_batch_size=4, execution="tasks", max_batches_in_flight=5}"#,
+        ],
+        "page_service_pipelining",
+    );
+    assert!(err.contains("max_batches_in_flight 5 exceeds max_batch_size 4"), "{err}");
     err_naming(&["listen_pg_addr=\"not an address\""], "listen_pg_addr");
     err_naming(&["listen_http_addr=9898"], "listen_http_addr");
     err_naming(&["wait_lsn_timeout=\"soon\""], "wait_lsn_timeout");
