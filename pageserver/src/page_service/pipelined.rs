@@ -31,8 +31,8 @@
 //!   client with 32 requests outstanding then has two batches of 16 reading
 //!   at once (the default of one batch reads all 32 together); when the
 //!   first is answered, the client's next requests form a batch that reads
-//!   while the second is still on the disk, so the disk never idles between
-//!   batches.
+//!   while the second is still on the disk, so a cold disk idles less
+//!   between batches (docs/benchmarks.md, cold reads: 1.34x at depth 32).
 //! - Order: the channel is FIFO at the granularity of items, a batch keeps
 //!   its requests in arrival order, and the executor answers items in the
 //!   order it took them (`FuturesOrdered`): an item's responses are encoded
