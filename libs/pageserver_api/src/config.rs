@@ -152,8 +152,13 @@ mod tests {
         assert_eq!(
             json,
             serde_json::json!({"mode": "pipelined", "max_batch_size": 32,
-                               "execution": "concurrent-futures", "batching": "scattered-lsn"})
+                               "execution": "concurrent-futures", "batching": "scattered-lsn",
+                               "max_batches_in_flight": 1})
         );
         assert_eq!(serde_json::from_value::<PageServicePipeliningConfig>(json).unwrap(), d);
+        // Neon's shape, without our key, reads as the same default.
+        let neon =
+            r#"{"mode": "pipelined", "max_batch_size": 32, "execution": "concurrent-futures"}"#;
+        assert_eq!(parse(neon).unwrap(), d);
     }
 }
