@@ -161,6 +161,18 @@ impl RemoteStorage {
     }
 
     /// `key` with the prefix: the object's name in the store, for errors.
+    /// A failure of the local side of a transfer, naming object and file.
+    fn local_error(
+        &self,
+        op: &'static str,
+        key: &str,
+        local: &Path,
+        source: std::io::Error,
+    ) -> RemoteError {
+        let (key, path) = (self.full_key(key), local.display().to_string());
+        RemoteError::Local { op, key, path, source }
+    }
+
     fn full_key(&self, key: &str) -> String {
         self.path(key).to_string()
     }
@@ -259,12 +271,7 @@ impl RemoteStorage {
         key: &str,
     ) -> Result<ObjectCheck, RemoteError> {
         let _slot = self.transfers.acquire().await.expect("never closed");
-        let local_err = |source| RemoteError::Local {
-            op: "upload",
-            key: self.full_key(key),
-            path: local.display().to_string(),
-            source,
-        };
+        let local_err = |source| self.local_error("upload", key, local, source);
         let file = engine.open(local, OpenMode::READ).await.map_err(local_err)?;
         let size_bytes = file.len().await.map_err(local_err)?;
         let path = self.path(key);
@@ -313,12 +320,7 @@ impl RemoteStorage {
         expected: Option<ObjectCheck>,
     ) -> Result<ObjectCheck, RemoteError> {
         let _slot = self.transfers.acquire().await.expect("never closed");
-        let local_err = |source| RemoteError::Local {
-            op: "download",
-            key: self.full_key(key),
-            path: local.display().to_string(),
-            source,
-        };
+        let local_err = |source| self.local_error("download", key, local, source);
         let path = self.path(key);
         let got = self.timed("download", key, self.store.get(&path)).await?;
         let tmp = engine.create_temp(local).await.map_err(local_err)?;

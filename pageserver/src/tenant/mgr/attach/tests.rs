@@ -79,14 +79,33 @@ async fn attach_builds_the_tenant_from_the_remote_manifest() {
     mgr.shutdown().await;
 }
 
+/// Two pageservers' workdirs sharing remote storage in `rdir`; pageserver
+/// `a` runs on `work_a` with one tenant `t` and an empty timeline `tl`.
+struct Sites {
+    rdir: tempfile::TempDir,
+    work_a: tempfile::TempDir,
+    work_b: tempfile::TempDir,
+    rs: std::sync::Arc<crate::remote_storage::RemoteStorage>,
+    a: std::sync::Arc<crate::tenant::mgr::TenantManager>,
+    t: std::sync::Arc<crate::tenant::Tenant>,
+    tl: std::sync::Arc<crate::tenant::Timeline>,
+}
+
+impl Sites {
+    async fn new() -> Sites {
+        let rdir = tempfile::tempdir().unwrap();
+        let (work_a, work_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let rs = remote(rdir.path());
+        let a = pageserver(work_a.path(), Some(&rs)).await;
+        let t = a.create_tenant(TenantId::generate()).await.unwrap();
+        let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+        Sites { rdir, work_a, work_b, rs, a, t, tl }
+    }
+}
+
 #[tokio::test]
 async fn detach_keeps_the_remote_copy_and_another_pageserver_attaches_it() {
-    let rdir = tempfile::tempdir().unwrap();
-    let (work_a, work_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let rs = remote(rdir.path());
-    let a = pageserver(work_a.path(), Some(&rs)).await;
-    let t = a.create_tenant(TenantId::generate()).await.unwrap();
-    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+    let Sites { rdir, work_a, work_b, rs, a, t, tl } = Sites::new().await;
     let (id, tl_id) = (t.id(), tl.timeline_id);
     drop((t, tl));
 
@@ -189,12 +208,7 @@ async fn detach_that_cannot_upload_keeps_the_tenant_attached() {
 
 #[tokio::test]
 async fn data_moves_with_the_tenant_and_the_prefetch_downloads_every_layer() {
-    let rdir = tempfile::tempdir().unwrap();
-    let (work_a, work_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let rs = remote(rdir.path());
-    let a = pageserver(work_a.path(), Some(&rs)).await;
-    let t = a.create_tenant(TenantId::generate()).await.unwrap();
-    let tl = t.create_empty_timeline(TimelineId::generate(), Lsn(0x10), 16).await.unwrap();
+    let Sites { rdir: _rdir, work_a: _work_a, work_b, rs, a, t, tl } = Sites::new().await;
     for (lsn, v) in [(0x18, b"one"), (0x28, b"two"), (0x38, b"six")] {
         let mut w = tl.writer().await;
         w.put(Key::MIN.add(lsn as u32), Lsn(lsn), &image(v)).await.unwrap();
