@@ -13,6 +13,8 @@
 
 use std::io;
 
+use futures::stream::{self, Stream, StreamExt};
+
 use crate::uring::{self, Dir, Transfer};
 use crate::{named, AlignedBuf, File, IoEngine, Op};
 
@@ -39,15 +41,33 @@ impl IoEngine {
     /// Run `reads` as one batch; the result of each, in order, is what
     /// `read_exact_at` would have returned.
     pub async fn read_exact_at_many(&self, reads: Vec<ReadAt<'_>>) -> Vec<Outcome> {
-        let mut results: Vec<Option<Outcome>> = Vec::with_capacity(reads.len());
+        let mut results: Vec<Option<Outcome>> = (0..reads.len()).map(|_| None).collect();
+        let mut each = std::pin::pin!(self.read_exact_at_each(reads));
+        while let Some((i, outcome)) = each.next().await {
+            assert!(results[i].replace(outcome).is_none(), "read {i} finished twice");
+        }
+        results.into_iter().map(|r| r.expect("every read has a result")).collect()
+    }
+
+    /// Run `reads` as one batch, as [`IoEngine::read_exact_at_many`], but
+    /// yield each read's result (with its index in `reads`) as soon as it
+    /// is done: a caller can use the first pages while the others are still
+    /// on the disk. Every read yields exactly once. Reads refused by the
+    /// checks come first; with io-uring, reads on the ring then complete in
+    /// any order, beside the others (run one after another).
+    pub fn read_exact_at_each<'a>(
+        &'a self,
+        reads: Vec<ReadAt<'a>>,
+    ) -> impl Stream<Item = (usize, Outcome)> + Send + 'a {
+        let mut refused = Vec::new();
+        let mut elsewhere = Vec::new();
         let mut on_ring = Vec::new();
         let mut transfers = Vec::new();
         for (i, r) in reads.into_iter().enumerate() {
-            results.push(None);
             let ReadAt { file, mut buf, offset, len } = r;
             if let Err(e) = file.check_read(&buf, offset, len) {
                 buf.set_len(0);
-                results[i] = Some((buf, Err(e)));
+                refused.push((i, (buf, Err(e))));
                 continue;
             }
             match file.op() {
@@ -55,17 +75,27 @@ impl IoEngine {
                     on_ring.push((i, file, len));
                     transfers.push(Transfer { file: f, buf, offset, len });
                 }
-                _ => {
-                    let (buf, res) = file.read_checked(buf, offset, len).await;
-                    results[i] = Some(file.finish_read(buf, len, res));
-                }
+                _ => elsewhere.push((i, file, buf, offset, len)),
             }
         }
-        let done = self.run_on_ring(Dir::Read, transfers).await;
-        for ((i, file, len), (buf, res)) in on_ring.into_iter().zip(done) {
-            results[i] = Some(file.finish_read(buf, len, res));
-        }
-        results.into_iter().map(|r| r.expect("every read has a result")).collect()
+        let ring_reads = match self.selected.ring() {
+            Some(ring) if !transfers.is_empty() => {
+                Some(uring::transfer_each(ring, Dir::Read, transfers))
+            }
+            _ => {
+                assert!(transfers.is_empty(), "ring transfers without a ring");
+                None
+            }
+        };
+        let ring_reads = stream::iter(ring_reads).flatten().map(move |(at, (buf, res))| {
+            let (i, file, len) = on_ring[at];
+            (i, file.finish_read(buf, len, res))
+        });
+        let other_reads = stream::iter(elsewhere).then(|(i, file, buf, offset, len)| async move {
+            let (buf, res) = file.read_checked(buf, offset, len).await;
+            (i, file.finish_read(buf, len, res))
+        });
+        stream::iter(refused).chain(stream::select(ring_reads, other_reads))
     }
 
     /// Run `writes` as one batch; the result of each, in order, is what

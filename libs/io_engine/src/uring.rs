@@ -72,7 +72,7 @@ mod setup;
 mod slots;
 mod state;
 
-pub(crate) use file::{transfer_many, Dir, Transfer, UringFile};
+pub(crate) use file::{transfer_each, transfer_many, Dir, Transfer, UringFile};
 pub(crate) use ring::Ring;
 
 /// Operations in flight per ring (per engine); beyond it, operations wait

@@ -106,6 +106,7 @@ suite!(
     errors_name_the_path,
     many_concurrent_ops_on_many_files,
     batch_results_in_order,
+    batch_each_yields_every_read_once,
     direct_io_misalignment_is_invalid_input,
     fsync_and_set_len,
     dropped_futures_under_load,
@@ -285,6 +286,48 @@ async fn batch_results_in_order(v: Variant) {
     for (k, (buf, r)) in e.read_exact_at_many(reads).await.into_iter().enumerate() {
         r.unwrap();
         assert!(buf[..] == pattern(k as u64, 4096)[..], "block {k}");
+    }
+    assert_eq!(e.in_flight_ops(), 0);
+}
+
+/// `read_exact_at_each`: every read yields exactly once, with its index,
+/// and its result is what `read_exact_at_many` gives at that position
+/// (data, EOF, a refused misaligned read under direct IO).
+async fn batch_each_yields_every_read_once(v: Variant) {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let e = v.engine();
+    let a = file_with(v, &e, &dir.path().join("a"), 64 * 4096).await;
+    let full = pattern(1, 64 * 4096);
+    let reads = |n: usize| -> Vec<ReadAt<'_>> {
+        (0..n)
+            .map(|k| {
+                let (offset, len) = match k % 4 {
+                    3 => (64 * 4096, 4096),                     // at EOF
+                    2 if v.direct => (100, 4096),               // refused
+                    _ => (((k * 37) % 64 * 4096) as u64, 4096), // data
+                };
+                ReadAt { file: &a, buf: AlignedBuf::for_read(4096), offset, len }
+            })
+            .collect()
+    };
+    let want = e.read_exact_at_many(reads(300)).await;
+    let mut got: Vec<Option<(AlignedBuf, io::Result<()>)>> = (0..300).map(|_| None).collect();
+    let mut each = std::pin::pin!(e.read_exact_at_each(reads(300)));
+    while let Some((k, outcome)) = each.next().await {
+        assert!(got[k].replace(outcome).is_none(), "{v:?}: read {k} yielded twice");
+    }
+    for (k, (got, (want_buf, want_res))) in got.into_iter().zip(want).enumerate() {
+        let (buf, res) = got.unwrap_or_else(|| panic!("{v:?}: read {k} never yielded"));
+        match (res, want_res) {
+            (Ok(()), Ok(())) => {
+                assert_eq!(&buf[..], &want_buf[..], "read {k}");
+                let at = ((k * 37) % 64) * 4096;
+                assert!(buf[..] == full[at..at + 4096], "read {k}");
+            }
+            (Err(g), Err(w)) => assert_eq!(g.kind(), w.kind(), "read {k}: {g} / {w}"),
+            (g, w) => panic!("{v:?} read {k}: {g:?} against {w:?}"),
+        }
     }
     assert_eq!(e.in_flight_ops(), 0);
 }

@@ -40,6 +40,13 @@
 //!   request order, errors included.
 //! - The executor flushes the socket once for all the items that are done
 //!   when it looks (at least once per item answered).
+//! - Early answers: a GetPage batch of more than one page sends each answer,
+//!   in request order, through its item's channel as soon as it and every
+//!   one before it are read. The executor writes the oldest item's early
+//!   answers as they arrive (one flush per wake-up) while its later pages
+//!   are still read; a younger item's wait in its channel until it is the
+//!   oldest. Order is unchanged: an item's answers, early or not, are
+//!   written only after every earlier item's.
 //!
 //! # Execution strategies
 //!
@@ -79,6 +86,7 @@
 //! - In `tasks` mode the executor joins the reader task before returning, so
 //!   nothing of the stream outlives it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::stream::FuturesOrdered;
@@ -88,7 +96,7 @@ use pageserver_api::config::{
     PageServicePipeliningConfigPipelined,
     PageServiceProtocolPipelinedExecutionStrategy as Execution,
 };
-use pageserver_api::pagestream::PagestreamProtocolVersion;
+use pageserver_api::pagestream::{PagestreamBeMessage, PagestreamProtocolVersion};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use utils::spsc_fold;
@@ -96,7 +104,7 @@ use utils::spsc_fold;
 use super::batch::{self, BatchedFeMessage};
 use super::error::QueryError;
 use super::execute::{
-    client_gone as client_gone_error, execute, write_responses, ExecCtx, Responses,
+    client_gone as client_gone_error, execute, write_responses, EarlyTx, ExecCtx, Responses,
 };
 use super::request::next_request;
 use crate::tenant::Timeline;
@@ -191,7 +199,9 @@ async fn read_loop(
 }
 
 /// The executor: execute up to `max_in_flight` work items at once, answer
-/// them in the order taken.
+/// them in the order taken. The oldest item's early answers (a GetPage
+/// batch of more than one page sends each as soon as it and every one
+/// before it are read) are written while the rest of it still reads.
 async fn exec_loop(
     mut rx: spsc_fold::Receiver<BatchedFeMessage>,
     writer: &mut FrameWriter,
@@ -205,31 +215,72 @@ async fn exec_loop(
     let gone = client_gone.cancelled();
     tokio::pin!(gone);
     let mut executing = FuturesOrdered::new();
+    // Per item in `executing`, in the same order: its early answers.
+    let mut early: VecDeque<Option<EarlyRx>> = VecDeque::new();
     let mut sender_open = true;
     while sender_open || !executing.is_empty() {
+        debug_assert_eq!(early.len(), executing.len());
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
             Some(done) = executing.next(), if !executing.is_empty() => {
-                answer_done(done, &mut executing, writer, ctx).await?;
+                answer_done(done, &mut executing, &mut early, writer, ctx).await?;
+            }
+            Some(msg) = recv_oldest(&mut early), if matches!(early.front(), Some(Some(_))) => {
+                write_responses(writer, &[msg], ctx.version);
+                let rx = early.front_mut().and_then(Option::as_mut).expect("polled above");
+                write_early(rx, writer, ctx);
+                writer.flush(ctx.cancel).await?;
             }
             r = rx.recv(), if sender_open && executing.len() < max_in_flight => match r {
-                Ok(work) => executing.push_back(execute(ctx, work)),
+                Ok(work) => {
+                    let (tx, rx) = early_channel(&work);
+                    executing.push_back(execute(ctx, work, tx));
+                    early.push_back(rx);
+                }
                 Err(spsc_fold::RecvError::SenderGone) => sender_open = false,
             },
             // Only work that would still wait is abandoned: what is done is
-            // answered first (the branch above is polled before this one).
+            // answered first (the branches above are polled before this one).
             _ = &mut gone, if !executing.is_empty() => return Err(client_gone_error()),
         }
     }
     Ok(())
 }
 
-/// Encodes `done` and every later item that is already done, then flushes
-/// once. An item that failed ends the stream after the answers before it.
+type EarlyRx = tokio::sync::mpsc::UnboundedReceiver<PagestreamBeMessage>;
+
+/// An early-answer channel for a GetPage batch of more than one page (a
+/// single page is answered when its item is done).
+fn early_channel(work: &BatchedFeMessage) -> (Option<EarlyTx>, Option<EarlyRx>) {
+    match work {
+        BatchedFeMessage::GetPage(b) if b.pages.len() > 1 => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        _ => (None, None),
+    }
+}
+
+/// The next early answer of the oldest item; `None` once it has sent all.
+async fn recv_oldest(early: &mut VecDeque<Option<EarlyRx>>) -> Option<PagestreamBeMessage> {
+    early.front_mut()?.as_mut()?.recv().await
+}
+
+/// Encodes the early answers `rx` holds now.
+fn write_early(rx: &mut EarlyRx, writer: &mut FrameWriter, ctx: &ExecCtx<'_>) {
+    while let Ok(msg) = rx.try_recv() {
+        write_responses(writer, &[msg], ctx.version);
+    }
+}
+
+/// Encodes `done` (after its early answers not yet written) and every
+/// later item that is already done, then flushes once. An item that failed
+/// ends the stream after the answers before it.
 async fn answer_done<F>(
     mut done: Result<Responses, QueryError>,
     executing: &mut FuturesOrdered<F>,
+    early: &mut VecDeque<Option<EarlyRx>>,
     writer: &mut FrameWriter,
     ctx: &ExecCtx<'_>,
 ) -> Result<(), QueryError>
@@ -237,6 +288,9 @@ where
     F: std::future::Future<Output = Result<Responses, QueryError>>,
 {
     let failed = loop {
+        if let Some(mut rx) = early.pop_front().expect("one entry per item") {
+            write_early(&mut rx, writer, ctx);
+        }
         match done {
             Ok(responses) => write_responses(writer, &responses, ctx.version),
             Err(e) => break Some(e),

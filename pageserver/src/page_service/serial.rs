@@ -28,7 +28,7 @@ pub async fn run(
         let Some(work) = next_request(reader, tl, version, cancel).await? else {
             return Ok(());
         };
-        let (exec, closed) = (execute(&ctx, work), reader.wait_closed());
+        let (exec, closed) = (execute(&ctx, work, None), reader.wait_closed());
         let responses = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),

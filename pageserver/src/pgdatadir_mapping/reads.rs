@@ -18,6 +18,7 @@ use super::{
     decode_size, get_chunked, get_one, optional, zero_page, DatadirError, DbDirectory,
     RelDirectory, SlruDirectory, BLCKSZ,
 };
+use crate::tenant::vectored_read::Ready;
 use crate::tenant::{GetVectoredError, PageReconstructError, ReadKind, Timeline};
 
 /// Size of `rel` at `lsn`: `None` if it does not exist. Uses and fills the
@@ -64,23 +65,36 @@ pub async fn get_rel_size(
     rel_size_opt(tl, reader, rel, lsn).await?.ok_or(DatadirError::RelNotFound { rel, lsn })
 }
 
-/// How one requested page gets its answer.
-enum Plan {
-    /// Known without reading the page (error, or zero page past the end).
-    Done(Result<Bytes, DatadirError>),
-    /// Index into the query list.
-    Query(usize),
-}
-
 /// Read pages of relations, each at its own LSN, with one vectored get
 /// (see the module comment). Per page: the image; 8192 zero bytes at or past
 /// the relation's size; `RelNotFound` for relnode 0 or an unknown relation.
-/// The outer error is the vectored get's own (too many keys, cancelled).
+/// The results in request order. The outer error is the vectored get's own
+/// (too many keys, cancelled).
 pub async fn get_rel_pages_batched(
     tl: &Timeline,
     reader: ReadKind,
     pages: &[(RelTag, u32, Lsn)],
 ) -> Result<Vec<Result<Bytes, DatadirError>>, GetVectoredError> {
+    let mut out = vec![None; pages.len()];
+    get_rel_pages_each(tl, reader, pages, &mut |i, r| {
+        assert!(out[i].replace(r).is_none(), "page {i} answered twice");
+    })
+    .await?;
+    Ok(out.into_iter().map(|r| r.expect("every page is answered")).collect())
+}
+
+/// [`get_rel_pages_batched`], handing each page's result to `ready` (with
+/// its index in `pages`) as soon as it is known. When the sizes of the
+/// batch's relations are cached (the steady state), pages are handed out
+/// as their reads complete; otherwise once the whole read is done. On
+/// `Err`, the pages answered without reading may have been handed out;
+/// the others were not.
+pub async fn get_rel_pages_each(
+    tl: &Timeline,
+    reader: ReadKind,
+    pages: &[(RelTag, u32, Lsn)],
+    ready: &mut Ready<'_, Result<Bytes, DatadirError>>,
+) -> Result<(), GetVectoredError> {
     let latest = tl.get_last_record_lsn();
 
     // 1. Sizes from the cache; remember which (rel, lsn) miss. A batch
@@ -97,43 +111,57 @@ pub async fn get_rel_pages_batched(
         }
     }
 
-    // 2. Page queries, skipping pages already answered. Duplicates are
-    // passed on: the vectored read plans and reads each (key, lsn) once.
+    // 2. Page queries, answering at once the pages known without reading.
+    // Duplicates are passed on: the vectored read plans and reads each
+    // (key, lsn) once.
     let mut queries: Vec<(Key, Lsn)> = Vec::with_capacity(pages.len() + misses.len());
-    let mut plans = Vec::with_capacity(pages.len());
-    for &(rel, blk, lsn) in pages {
-        if rel.relnode == 0 {
-            plans.push(Plan::Done(Err(DatadirError::RelNotFound { rel, lsn })));
-            continue;
-        }
-        match sizes.get(rel, lsn) {
-            Some(Ok(None)) => {
-                plans.push(Plan::Done(Err(DatadirError::RelNotFound { rel, lsn })));
-                continue;
+    let mut page_of: Vec<usize> = Vec::with_capacity(pages.len());
+    for (p, &(rel, blk, lsn)) in pages.iter().enumerate() {
+        let known = match sizes.get(rel, lsn) {
+            _ if rel.relnode == 0 => Some(Err(DatadirError::RelNotFound { rel, lsn })),
+            Some(Ok(None)) => Some(Err(DatadirError::RelNotFound { rel, lsn })),
+            Some(Ok(Some(n))) if blk >= *n => Some(Ok(zero_page())),
+            _ => None,
+        };
+        match known {
+            Some(r) => ready(p, r),
+            None => {
+                page_of.push(p);
+                queries.push((Key::rel_block(rel, blk), lsn));
             }
-            Some(Ok(Some(n))) if blk >= *n => {
-                plans.push(Plan::Done(Ok(zero_page())));
-                continue;
-            }
-            _ => {}
         }
-        plans.push(Plan::Query(queries.len()));
-        queries.push((Key::rel_block(rel, blk), lsn));
+    }
+    if queries.is_empty() {
+        return Ok(());
     }
 
-    // 3. Read: pages plus missing sizes in one call when allowed.
+    // 3. The steady state: every size known, one vectored get, each page
+    // handed out as soon as it is read.
+    let max_keys = tl.conf().max_get_vectored_keys;
+    if misses.is_empty() && queries.len() <= max_keys {
+        return tl
+            .get_vectored_each(&queries, reader, &mut |i, r| {
+                let p = page_of[i];
+                let (rel, blk, lsn) = pages[p];
+                let n = match sizes.get(rel, lsn) {
+                    Some(Ok(Some(n))) => *n,
+                    _ => unreachable!("queried pages are below their known size"),
+                };
+                ready(p, page_result(&r, rel, blk, n, lsn));
+            })
+            .await;
+    }
+
+    // 4. Else the missing sizes ride along (in one call when allowed), and
+    // the pages are answered when they are decoded.
     let n_pages = queries.len();
     queries.extend(misses.iter().map(|&(rel, lsn)| (Key::rel_size(rel), lsn)));
-    let results = if queries.is_empty() {
-        Vec::new()
-    } else if queries.len() <= tl.conf().max_get_vectored_keys {
+    let results = if queries.len() <= max_keys {
         tl.get_vectored(&queries, reader).await?
     } else {
         get_chunked(tl, reader, &queries).await?
     };
     debug_assert_eq!(results.len(), queries.len());
-
-    // 4. Decode the sizes that were read; cache those read at the latest LSN.
     for (&(rel, lsn), res) in misses.iter().zip(&results[n_pages..]) {
         let size = match optional(res.clone()) {
             Ok(Some(v)) => decode_size(&v, || format!("relation {rel} at {lsn}")),
@@ -147,24 +175,19 @@ pub async fn get_rel_pages_batched(
         }
         sizes.insert(rel, lsn, size);
     }
-
-    // 5. Assemble in request order.
-    let out = pages
-        .iter()
-        .zip(plans)
-        .map(|(&(rel, blk, lsn), plan)| match plan {
-            Plan::Done(r) => r,
-            Plan::Query(i) => {
-                match sizes.get(rel, lsn).expect("size known for every queried page") {
-                    Err(e) => Err(e.clone()),
-                    Ok(None) => Err(DatadirError::RelNotFound { rel, lsn }),
-                    Ok(Some(n)) if blk >= *n => Ok(zero_page()),
-                    Ok(Some(n)) => page_result(&results[i], rel, blk, *n, lsn),
-                }
-            }
-        })
-        .collect();
-    Ok(out)
+    for (&p, r) in page_of.iter().zip(&results) {
+        let (rel, blk, lsn) = pages[p];
+        ready(
+            p,
+            match sizes.get(rel, lsn).expect("size known for every queried page") {
+                Err(e) => Err(e.clone()),
+                Ok(None) => Err(DatadirError::RelNotFound { rel, lsn }),
+                Ok(Some(n)) if blk >= *n => Ok(zero_page()),
+                Ok(Some(n)) => page_result(r, rel, blk, *n, lsn),
+            },
+        );
+    }
+    Ok(())
 }
 
 /// A relation's size in blocks (`None`: it does not exist), or why unknown.

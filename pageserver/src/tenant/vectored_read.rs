@@ -1,5 +1,7 @@
 //! The read path: plan every value a vectored get needs, coalesce the reads
-//! per layer into aligned chunks, issue them together, then reconstruct.
+//! per layer into aligned chunks, issue them together, and reconstruct each
+//! query as soon as the last chunk it needs is read ([`read_each`] hands
+//! results on in completion order; [`read`] collects them in query order).
 //!
 //! Planning walks the layer map's snapshot (`ReadSnapshot::walk`): per key,
 //! only the layers that may hold its values above its newest image, newest
@@ -41,7 +43,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::FutureExt;
+use futures::stream::{self, FuturesUnordered, Stream};
+use futures::{FutureExt, StreamExt};
 use io_engine::{AlignedBuf, IoEngine, ReadAt};
 use pageserver_api::key::Key;
 use smallvec::SmallVec;
@@ -134,32 +137,136 @@ enum ChunkRead<'a, F> {
     Other(F),
 }
 
-/// Read `queries` (key at LSN) through the layers of `snapshot`. A query
-/// below the snapshot's GC cutoff is refused (`GarbageCollected`).
+/// Where a read hands its results: (index into the queries, result),
+/// exactly once per query, as soon as it is known.
+pub type Ready<'f, T> = dyn FnMut(usize, T) + Send + 'f;
+
+/// Read `queries` (key at LSN) through the layers of `snapshot`; the
+/// results in query order. A query below the snapshot's GC cutoff is
+/// refused (`GarbageCollected`).
 pub async fn read(
     engine: &IoEngine,
     snapshot: &ReadSnapshot,
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
 ) -> (Vec<Result<Bytes, PageReconstructError>>, ReadStats) {
-    // Deduplicate: the same (key, lsn) is planned and reconstructed once.
+    let mut results: Vec<Option<Result<Bytes, PageReconstructError>>> = vec![None; queries.len()];
+    let stats = read_each(engine, snapshot, queries, limits, &mut |i, r| {
+        assert!(results[i].replace(r).is_none(), "query {i} answered twice");
+    })
+    .await;
+    (results.into_iter().map(|r| r.expect("every query is answered")).collect(), stats)
+}
+
+/// [`read`], handing each query's result to `ready` as soon as the chunks
+/// it needs are read (queries refused at planning first), so a caller can
+/// answer the first pages while the others are still on the disk.
+pub async fn read_each(
+    engine: &IoEngine,
+    snapshot: &ReadSnapshot,
+    queries: &[(Key, Lsn)],
+    limits: ReadLimits<'_>,
+    ready: &mut Ready<'_, Result<Bytes, PageReconstructError>>,
+) -> ReadStats {
+    // Deduplicate: the same (key, lsn) is planned and reconstructed once,
+    // and answered for every query that asked for it.
     let mut uniq: Vec<Query> = Vec::with_capacity(queries.len());
-    let mut slot_of = Vec::with_capacity(queries.len());
-    for &(key, lsn) in queries {
-        let slot = match uniq.iter().position(|q| q.key == key && q.lsn == lsn) {
-            Some(i) => i,
+    let mut askers: Vec<SmallVec<[usize; 1]>> = Vec::with_capacity(queries.len());
+    for (qi, &(key, lsn)) in queries.iter().enumerate() {
+        match uniq.iter().position(|q| q.key == key && q.lsn == lsn) {
+            Some(u) => askers[u].push(qi),
             None => {
                 uniq.push(Query { key, lsn, plan: Plan::new(), complete: false, error: None });
-                uniq.len() - 1
+                askers.push(smallvec::smallvec![qi]);
             }
-        };
-        slot_of.push(slot);
+        }
+    }
+    let mut answer = |u: usize, r: Result<Bytes, PageReconstructError>| {
+        for &qi in &askers[u] {
+            ready(qi, r.clone());
+        }
+    };
+
+    let layers = plan_all(snapshot, &mut uniq).await;
+    for (u, q) in uniq.iter_mut().enumerate() {
+        if let Some(e) = refusal(q) {
+            answer(u, Err(e));
+        }
     }
 
-    // Plan from memory first (in-memory layers, cached index blocks): no
-    // future per query on the common path. Queries that need an index block
-    // from disk are then planned again, all concurrently, so their reads
-    // overlap instead of running one after another.
+    // Coalesce per layer, then issue all chunk reads together.
+    let mut stats = ReadStats::default();
+    let mut per_layer: Vec<Vec<(u64, u64)>> = vec![Vec::new(); layers.len()];
+    for q in uniq.iter().filter(|q| q.complete) {
+        for &(li, _, b) in &q.plan {
+            per_layer[li].push((b.offset(), b.end()));
+            stats.values += 1;
+        }
+    }
+    let mut chunks: Vec<(usize, Range<u64>)> = Vec::new();
+    for (li, ranges) in per_layer.iter().enumerate() {
+        if ranges.is_empty() {
+            continue;
+        }
+        let (limit, align) = match &layers[li] {
+            PlannedLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
+            PlannedLayer::File(l) => (u64::MAX, l.read_align()),
+        };
+        chunks.extend(coalesce(ranges, limit, align).into_iter().map(|r| (li, r)));
+    }
+    stats.chunks = chunks.len();
+    stats.bytes = chunks.iter().map(|(_, r)| r.end - r.start).sum();
+
+    // Which queries wait for which chunk; a query is reconstructed when the
+    // last chunk it needs arrives.
+    let chunk_of = |li: usize, b: BlobRef| {
+        chunks.partition_point(|(cl, r)| (*cl, r.start) <= (li, b.offset())) - 1
+    };
+    let mut waiting: Vec<SmallVec<[usize; 2]>> = vec![SmallVec::new(); chunks.len()];
+    let mut missing = vec![0usize; uniq.len()];
+    for (u, q) in uniq.iter().enumerate().filter(|(_, q)| q.complete) {
+        for &(li, _, b) in &q.plan {
+            let ci = chunk_of(li, b);
+            if waiting[ci].last() != Some(&u) {
+                waiting[ci].push(u);
+                missing[u] += 1;
+            }
+        }
+    }
+    let reads = chunks.iter().map(|(li, r)| {
+        let len = (r.end - r.start) as usize;
+        match &layers[*li] {
+            PlannedLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
+            PlannedLayer::File(l) => ChunkRead::File(l.chunk_read(r.start, len)),
+        }
+    });
+    let mut bufs: Vec<Option<ChunkResult>> = vec![None; chunks.len()];
+    read_bounded(engine, reads.collect(), limits, &mut |ci, buf| {
+        bufs[ci] = Some(buf);
+        for &u in &waiting[ci] {
+            missing[u] -= 1;
+            if missing[u] == 0 {
+                let r = reconstruct_query(&uniq[u], &layers, &chunks, &bufs, chunk_of);
+                answer(u, r);
+            }
+        }
+    })
+    .await;
+    debug_assert!(missing.iter().all(|&m| m == 0), "every chunk was read");
+    stats
+}
+
+/// A chunk read's bytes, or its error (shared by the queries that need it).
+type ChunkResult = Result<Bytes, Arc<std::io::Error>>;
+
+/// Plan every query (filling `plan`, `complete`, `error`); the layers the
+/// plans read, numbered as the plans refer to them.
+///
+/// Plan from memory first (in-memory layers, cached index blocks): no
+/// future per query on the common path. Queries that need an index block
+/// from disk are then planned again, all concurrently, so their reads
+/// overlap instead of running one after another.
+async fn plan_all(snapshot: &ReadSnapshot, uniq: &mut [Query]) -> Vec<PlannedLayer> {
     let gc_cutoff = snapshot.gc_cutoff();
     let mut plans: Vec<Option<PlanResult>> = Vec::with_capacity(uniq.len());
     let mut need_reads = Vec::new();
@@ -201,81 +308,58 @@ pub async fn read(
             q.plan.push((li, lsn, blob));
         }
     }
+    layers
+}
 
-    // Coalesce per layer, then issue all chunk reads together.
-    let mut stats = ReadStats::default();
-    let mut per_layer: Vec<Vec<(u64, u64)>> = vec![Vec::new(); layers.len()];
-    for q in uniq.iter().filter(|q| q.complete) {
-        for &(li, _, b) in &q.plan {
-            per_layer[li].push((b.offset(), b.end()));
-            stats.values += 1;
-        }
+/// Why a planned query is answered without reading: planning failed, or
+/// its walk ended before a value that initializes the page.
+fn refusal(q: &mut Query) -> Option<PageReconstructError> {
+    if let Some(e) = q.error.take() {
+        return Some(e);
     }
-    let mut chunks: Vec<(usize, Range<u64>)> = Vec::new();
-    for (li, ranges) in per_layer.iter().enumerate() {
-        if ranges.is_empty() {
-            continue;
-        }
-        let (limit, align) = match &layers[li] {
-            PlannedLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
-            PlannedLayer::File(l) => (u64::MAX, l.read_align()),
-        };
-        chunks.extend(coalesce(ranges, limit, align).into_iter().map(|r| (li, r)));
+    if q.complete {
+        return None;
     }
-    stats.chunks = chunks.len();
-    stats.bytes = chunks.iter().map(|(_, r)| r.end - r.start).sum();
-    let reads = chunks.iter().map(|(li, r)| {
-        let len = (r.end - r.start) as usize;
-        match &layers[*li] {
-            PlannedLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
-            PlannedLayer::File(l) => ChunkRead::File(l.chunk_read(r.start, len)),
-        }
-    });
-    let bufs = read_bounded(engine, reads.collect(), limits).await;
+    Some(if q.plan.is_empty() {
+        PageReconstructError::MissingKey { key: q.key, lsn: q.lsn }
+    } else {
+        PageReconstructError::Corrupt(format!(
+            "key {} at {}: no image or initializing record below {}",
+            q.key,
+            q.lsn,
+            q.plan.last().unwrap().1
+        ))
+    })
+}
 
-    // Reconstruct each unique query from the chunk bytes.
-    let results: Vec<Result<Bytes, PageReconstructError>> = uniq
-        .into_iter()
-        .map(|q| {
-            if let Some(e) = q.error {
-                return Err(e);
+/// Reconstruct a complete query from the chunks of its plan (all read).
+fn reconstruct_query(
+    q: &Query,
+    layers: &[PlannedLayer],
+    chunks: &[(usize, Range<u64>)],
+    bufs: &[Option<ChunkResult>],
+    chunk_of: impl Fn(usize, BlobRef) -> usize,
+) -> Result<Bytes, PageReconstructError> {
+    let mut values = Vec::with_capacity(q.plan.len());
+    for &(li, lsn, b) in &q.plan {
+        let ci = chunk_of(li, b);
+        let buf = bufs[ci].as_ref().expect("the query's chunks are read");
+        let buf = buf.as_ref().map_err(|e| PageReconstructError::Io {
+            layer: layers[li].describe(),
+            source: e.clone(),
+        })?;
+        let at = (b.offset() - chunks[ci].1.start) as usize;
+        let v = Value::deserialize_bytes(&buf.slice(at..at + b.len())).map_err(|source| {
+            PageReconstructError::CorruptValue {
+                key: q.key,
+                lsn,
+                layer: layers[li].describe(),
+                source,
             }
-            if !q.complete {
-                return Err(if q.plan.is_empty() {
-                    PageReconstructError::MissingKey { key: q.key, lsn: q.lsn }
-                } else {
-                    PageReconstructError::Corrupt(format!(
-                        "key {} at {}: no image or initializing record below {}",
-                        q.key,
-                        q.lsn,
-                        q.plan.last().unwrap().1
-                    ))
-                });
-            }
-            let mut values = Vec::with_capacity(q.plan.len());
-            for &(li, lsn, b) in &q.plan {
-                let ci = chunks.partition_point(|(cl, r)| (*cl, r.start) <= (li, b.offset())) - 1;
-                let (_, range) = &chunks[ci];
-                let buf = bufs[ci].as_ref().map_err(|e| PageReconstructError::Io {
-                    layer: layers[li].describe(),
-                    source: e.clone(),
-                })?;
-                let at = (b.offset() - range.start) as usize;
-                let v =
-                    Value::deserialize_bytes(&buf.slice(at..at + b.len())).map_err(|source| {
-                        PageReconstructError::CorruptValue {
-                            key: q.key,
-                            lsn,
-                            layer: layers[li].describe(),
-                            source,
-                        }
-                    })?;
-                values.push((lsn, v));
-            }
-            reconstruct(q.key, q.lsn, values)
-        })
-        .collect();
-    (slot_of.into_iter().map(|s| results[s].clone()).collect(), stats)
+        })?;
+        values.push((lsn, v));
+    }
+    reconstruct(q.key, q.lsn, values)
 }
 
 /// A query's plan before the layers are numbered: (layer, LSN, location),
@@ -374,66 +458,82 @@ impl Drop for LayersVisited {
     }
 }
 
-/// Run `reads`, in waves of as many as the limits allow; the results in
-/// order. Chunks become shared `Bytes` so page images are slices of them
-/// (no copy).
+/// Run `reads`, in waves of as many as the limits allow, handing each
+/// result to `done` (with its index in `reads`) as soon as it is read.
+/// Chunks become shared `Bytes` so page images are slices of them (no
+/// copy).
 async fn read_bounded<F>(
     engine: &IoEngine,
     reads: Vec<ChunkRead<'_, F>>,
     limits: ReadLimits<'_>,
-) -> Vec<Result<Bytes, Arc<std::io::Error>>>
-where
-    F: std::future::Future<Output = std::io::Result<AlignedBuf>>,
+    done: &mut Ready<'_, ChunkResult>,
+) where
+    F: std::future::Future<Output = std::io::Result<AlignedBuf>> + Send,
 {
     if reads.is_empty() {
-        return Vec::new();
+        return;
     }
     let at_once = reads.len().min(MAX_CHUNK_READS_PER_GET);
     // Semaphores are never closed: acquire cannot fail.
     let _timeline = limits.timeline.acquire_many(at_once as u32).await.expect("never closed");
     let _process = limits.process.acquire_many(at_once as u32).await.expect("never closed");
-    let mut out = Vec::with_capacity(reads.len());
     let mut reads = reads.into_iter().peekable();
+    let mut first = 0;
     while reads.peek().is_some() {
         let wave: Vec<_> = reads.by_ref().take(at_once).collect();
-        let done = read_wave(engine, wave).await;
-        out.extend(done.into_iter().map(|r| r.map(Bytes::from_owner).map_err(Arc::new)));
+        let n = wave.len();
+        let mut each = std::pin::pin!(read_wave(engine, wave));
+        while let Some((i, res)) = each.next().await {
+            done(first + i, res.map(Bytes::from_owner).map_err(Arc::new));
+        }
+        first += n;
     }
-    out
 }
 
-/// One wave: the file reads as one engine batch, the others beside it.
-async fn read_wave<F>(
-    engine: &IoEngine,
-    wave: Vec<ChunkRead<'_, F>>,
-) -> Vec<std::io::Result<AlignedBuf>>
+/// One wave: the file reads as one engine batch, the others beside it;
+/// each result (with its index in `wave`) as soon as it is read.
+fn read_wave<'a, F>(
+    engine: &'a IoEngine,
+    wave: Vec<ChunkRead<'a, F>>,
+) -> impl Stream<Item = (usize, std::io::Result<AlignedBuf>)> + Send + 'a
 where
-    F: std::future::Future<Output = std::io::Result<AlignedBuf>>,
+    F: std::future::Future<Output = std::io::Result<AlignedBuf>> + Send + 'a,
 {
-    let n = wave.len();
-    let (mut file_reads, mut file_at, mut others, mut other_at) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut file_reads, mut file_at, mut others) = (Vec::new(), Vec::new(), Vec::new());
     for (i, read) in wave.into_iter().enumerate() {
         match read {
             ChunkRead::File(r) => (file_reads.push(r), file_at.push(i)),
-            ChunkRead::Other(f) => (others.push(f), other_at.push(i)),
+            ChunkRead::Other(f) => (others.push(f.map(move |res| (i, res))), ()),
         };
     }
-    let (from_files, from_others) =
-        tokio::join!(engine.read_exact_at_many(file_reads), futures::future::join_all(others));
-    let mut out: Vec<Option<std::io::Result<AlignedBuf>>> = (0..n).map(|_| None).collect();
-    for (i, (buf, res)) in file_at.into_iter().zip(from_files) {
-        out[i] = Some(res.map(|()| buf));
-    }
-    for (i, res) in other_at.into_iter().zip(from_others) {
-        out[i] = Some(res);
-    }
-    out.into_iter().map(|r| r.expect("every read of the wave has a result")).collect()
+    let from_files = engine
+        .read_exact_at_each(file_reads)
+        .map(move |(at, (buf, res))| (file_at[at], res.map(|()| buf)));
+    // No `FuturesUnordered` (two allocations) for a wave of file reads only.
+    let others = (!others.is_empty()).then(|| others.into_iter().collect::<FuturesUnordered<_>>());
+    stream::select(from_files, stream::iter(others).flatten())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `read_bounded`'s results in the order of `reads`.
+    async fn read_all<F>(
+        engine: &IoEngine,
+        reads: Vec<ChunkRead<'_, F>>,
+        limits: ReadLimits<'_>,
+    ) -> Vec<ChunkResult>
+    where
+        F: std::future::Future<Output = std::io::Result<AlignedBuf>> + Send,
+    {
+        let mut out: Vec<Option<ChunkResult>> = vec![None; reads.len()];
+        read_bounded(engine, reads, limits, &mut |i, r| {
+            assert!(out[i].replace(r).is_none(), "chunk {i} read twice");
+        })
+        .await;
+        out.into_iter().map(|r| r.expect("every chunk is read")).collect()
+    }
 
     #[tokio::test]
     async fn chunk_reads_run_in_bounded_waves_in_order() {
@@ -454,11 +554,42 @@ mod tests {
             .map(ChunkRead::<'_, _>::Other)
             .collect();
         let engine = IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap();
-        let out = read_bounded(&engine, reads, limits).await;
+        let out = read_all(&engine, reads, limits).await;
         let firsts: Vec<u8> = out.iter().map(|r| r.as_ref().unwrap()[0]).collect();
         assert_eq!(firsts, (0..150).collect::<Vec<u8>>());
         assert_eq!(peak.load(SeqCst), MAX_CHUNK_READS_PER_GET);
         assert_eq!(timeline.available_permits(), TIMELINE_CHUNK_READS, "permits come back");
+    }
+
+    /// Results are handed on as they complete: the second read's result
+    /// is what lets the first one finish (it would never finish if results
+    /// were handed on only once all are read).
+    #[tokio::test]
+    async fn chunk_results_are_handed_on_as_they_complete() {
+        let timeline = tokio::sync::Semaphore::new(TIMELINE_CHUNK_READS);
+        let limits = ReadLimits { timeline: &timeline, process: process_read_slots() };
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let first = async move {
+            released.await.expect("released");
+            Ok(AlignedBuf::from_slice(&[0]))
+        }
+        .boxed();
+        let second = async { Ok(AlignedBuf::from_slice(&[1])) }.boxed();
+        let reads = vec![ChunkRead::Other(first), ChunkRead::Other(second)];
+        let engine = IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap();
+        let (mut order, mut release) = (Vec::new(), Some(release));
+        let mut done = |i: usize, r: ChunkResult| {
+            assert_eq!(r.unwrap()[0] as usize, i);
+            order.push(i);
+            if let Some(tx) = release.take() {
+                tx.send(()).unwrap();
+            }
+        };
+        let read = read_bounded(&engine, reads, limits, &mut done);
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the second result is handed on before the first completes");
+        assert_eq!(order, vec![1, 0]);
     }
 
     /// File reads (one engine batch per wave) and other reads interleaved:
@@ -484,7 +615,7 @@ mod tests {
                 }),
             })
             .collect();
-        let out = read_bounded(&engine, reads, limits).await;
+        let out = read_all(&engine, reads, limits).await;
         let firsts: Vec<u8> = out.iter().map(|r| r.as_ref().unwrap()[0]).collect();
         assert_eq!(firsts, (0..150).collect::<Vec<u8>>());
         let past_eof = vec![ChunkRead::<'_, std::future::Ready<_>>::File(ReadAt {
@@ -493,7 +624,7 @@ mod tests {
             offset: 150 * 4096,
             len: 4096,
         })];
-        let err = read_bounded(&engine, past_eof, limits).await.pop().unwrap().unwrap_err();
+        let err = read_all(&engine, past_eof, limits).await.pop().unwrap().unwrap_err();
         assert!(err.to_string().contains("blocks"), "the error names the file: {err}");
     }
 }

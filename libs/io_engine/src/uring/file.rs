@@ -12,7 +12,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use futures::stream::{self, FuturesUnordered, Stream, StreamExt};
+
 use super::inline::InlinePaths;
+use super::op::Op;
 use super::ring::{Kind, Request, Ring};
 use super::{BATCH_MAX_OPS, MAX_OP_BYTES};
 use crate::direct_io::{eof, short_read_hit_eof, write_zero};
@@ -167,18 +170,33 @@ fn advance(
     }
 }
 
-/// Run transfers of one direction as batches of at most `BATCH_MAX_OPS`:
-/// reads first try their inline attempt; what is left of a batch is
-/// pushed under one lock and submitted with one `io_uring_enter`, then
-/// awaited before the next batch (so a batch never waits for slots its own
-/// finished operations hold). Short transfers go on one by one. Results
-/// are in the order of `items`. Every item has `len > 0`.
+/// Run transfers of one direction as batches of at most `BATCH_MAX_OPS`;
+/// yields each transfer's result with its index in `items` as soon as it
+/// is done. Reads first try their inline attempt (those done inline come
+/// first); what is left of a batch is pushed under one lock and submitted
+/// with one `io_uring_enter`, and the batch is finished before the next is
+/// pushed (so a batch never waits for slots its own finished operations
+/// hold). Short transfers go on one by one. Every item has `len > 0`.
+pub(crate) fn transfer_each<'a>(
+    ring: &'a Ring,
+    dir: Dir,
+    items: Vec<Transfer<'a>>,
+) -> impl Stream<Item = (usize, Outcome)> + Send + 'a {
+    let items = items.into_iter().enumerate().peekable();
+    stream::unfold(items, move |mut items| async move {
+        items.peek()?;
+        let batch: Vec<_> = items.by_ref().take(BATCH_MAX_OPS).collect();
+        Some((start_batch(ring, dir, batch).await, items))
+    })
+    .flatten()
+}
+
+/// [`transfer_each`], collected: results in the order of `items`.
 pub(crate) async fn transfer_many(ring: &Ring, dir: Dir, items: Vec<Transfer<'_>>) -> Vec<Outcome> {
-    let mut out: Vec<Option<Outcome>> = Vec::with_capacity(items.len());
-    let mut items = items.into_iter().peekable();
-    while items.peek().is_some() {
-        let chunk: Vec<Transfer<'_>> = items.by_ref().take(BATCH_MAX_OPS).collect();
-        run_batch(ring, dir, chunk, &mut out).await;
+    let mut out: Vec<Option<Outcome>> = (0..items.len()).map(|_| None).collect();
+    let mut each = std::pin::pin!(transfer_each(ring, dir, items));
+    while let Some((at, outcome)) = each.next().await {
+        assert!(out[at].replace(outcome).is_none(), "transfer {at} finished twice");
     }
     out.into_iter().map(|o| o.expect("every transfer has a result")).collect()
 }
@@ -192,41 +210,50 @@ struct Rest<'a> {
     done: usize,
 }
 
-async fn run_batch<'a>(
-    ring: &Ring,
+/// Push one batch (after the reads' inline attempts) and submit it; the
+/// stream of its results, those done inline first. Nothing is allocated
+/// for the ring when every read is done inline.
+async fn start_batch<'a>(
+    ring: &'a Ring,
     dir: Dir,
-    chunk: Vec<Transfer<'a>>,
-    out: &mut Vec<Option<Outcome>>,
-) {
-    let mut rest = Vec::with_capacity(chunk.len());
-    let mut reqs = Vec::with_capacity(chunk.len());
-    for Transfer { file, mut buf, offset, len } in chunk {
+    batch: Vec<(usize, Transfer<'a>)>,
+) -> impl Stream<Item = (usize, Outcome)> + Send + 'a {
+    let mut done_inline = Vec::new();
+    let (mut rest, mut reqs) = (Vec::new(), Vec::new());
+    for (at, Transfer { file, mut buf, offset, len }) in batch {
         assert!(len > 0, "empty transfers are not submitted");
         let mut done = 0;
         if dir == Dir::Read {
             if let Some(end) = file.read_inline(&mut buf, offset, len, &mut done) {
-                out.push(Some((buf, end)));
+                done_inline.push((at, (buf, end)));
                 continue;
             }
         }
         if done == len {
-            out.push(Some((buf, Ok(()))));
+            done_inline.push((at, (buf, Ok(()))));
             continue;
         }
-        rest.push(Rest { at: out.len(), file, offset, len, done });
-        out.push(None);
         reqs.push(request(dir, &file.file, buf, offset, done, len));
+        rest.push(Rest { at, file, offset, len, done });
     }
+    let done_inline = stream::iter(done_inline);
     if reqs.is_empty() {
-        return;
+        return done_inline.left_stream();
     }
     let ops = ring.start(reqs).await;
-    for (op, Rest { at, file, offset, len, mut done }) in ops.into_iter().zip(rest) {
-        let (res, buf) = op.await;
-        let buf = buf.expect("a transfer gets its buffer back");
-        out[at] = Some(match advance(dir, file.direct, res, &mut done, len) {
-            Some(end) => (buf, end),
-            None => file.transfer(dir, buf, offset, len, done).await,
-        });
-    }
+    let running: FuturesUnordered<_> =
+        ops.into_iter().zip(rest).map(|(op, rest)| finish(dir, op, rest)).collect();
+    done_inline.chain(running).right_stream()
+}
+
+/// Await a submitted operation; go on with the transfer if it was short.
+async fn finish(dir: Dir, op: Op<'_>, rest: Rest<'_>) -> (usize, Outcome) {
+    let Rest { at, file, offset, len, mut done } = rest;
+    let (res, buf) = op.await;
+    let buf = buf.expect("a transfer gets its buffer back");
+    let outcome = match advance(dir, file.direct, res, &mut done, len) {
+        Some(end) => (buf, end),
+        None => file.transfer(dir, buf, offset, len, done).await,
+    };
+    (at, outcome)
 }

@@ -211,6 +211,39 @@ async fn page_cache_misses_go_through_the_ring() {
     assert_eq!(e.in_flight_ops(), 0);
 }
 
+/// A batch streams: a read that completes is yielded while another read
+/// of the same batch (an empty FIFO) is still in the kernel; the FIFO read
+/// is yielded once a writer fills it.
+#[tokio::test]
+async fn batch_each_yields_reads_as_they_complete() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let e = URING_RING_ONLY.engine();
+    let (p, fifo) = open_fifo(&e, dir.path(), "fifo").await;
+    let data = pattern(7, 8192);
+    let file = e.open(&dir.path().join("f"), OpenMode::CREATE_NEW).await.unwrap();
+    write(&file, &data, 0).await;
+    let reads = vec![
+        io_engine::ReadAt { file: &fifo, buf: AlignedBuf::for_read(100), offset: 0, len: 100 },
+        io_engine::ReadAt { file: &file, buf: AlignedBuf::for_read(8192), offset: 0, len: 8192 },
+    ];
+    let mut each = pin!(e.read_exact_at_each(reads));
+    let (k, (buf, res)) = tokio::time::timeout(Duration::from_secs(10), each.next())
+        .await
+        .expect("the file read is yielded while the FIFO read waits")
+        .unwrap();
+    res.unwrap();
+    assert_eq!((k, &buf[..]), (1, &data[..]));
+    assert!(futures::poll!(each.next()).is_pending(), "the FIFO is still empty");
+    let writer = feed(p, pattern(8, 100));
+    let (k, (buf, res)) = each.next().await.unwrap();
+    res.unwrap();
+    assert_eq!((k, &buf[..]), (0, &pattern(8, 100)[..]));
+    assert!(each.next().await.is_none());
+    writer.join().unwrap();
+    assert_eq!(e.in_flight_ops(), 0);
+}
+
 /// Polled outside any runtime, a waiting future blocks in the kernel.
 #[test]
 fn waits_block_outside_a_runtime() {

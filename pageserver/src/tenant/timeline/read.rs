@@ -25,7 +25,8 @@ use utils::seqwait::SeqWaitError;
 
 use super::super::storage_layer::layer::LayerAccessError;
 use super::super::storage_layer::layer_file::LayerReadError;
-use super::super::{vectored_read, GetVectoredError, PageReconstructError, ReadKind, WaitLsnError};
+use super::super::vectored_read::{self, Ready};
+use super::super::{GetVectoredError, PageReconstructError, ReadKind, WaitLsnError};
 use super::Timeline;
 use crate::metrics::storage as metrics;
 
@@ -72,12 +73,30 @@ impl Timeline {
         }
     }
 
-    /// One vectored read of (key, LSN) queries; see `vectored_read`.
+    /// One vectored read of (key, LSN) queries; see `vectored_read`. The
+    /// results in query order.
     pub async fn get_vectored(
         &self,
         queries: &[(Key, Lsn)],
         kind: ReadKind,
     ) -> Result<Vec<Result<Bytes, PageReconstructError>>, GetVectoredError> {
+        let mut results = vec![None; queries.len()];
+        self.get_vectored_each(queries, kind, &mut |i, r| {
+            assert!(results[i].replace(r).is_none(), "query {i} answered twice");
+        })
+        .await?;
+        Ok(results.into_iter().map(|r| r.expect("every query is answered")).collect())
+    }
+
+    /// [`Timeline::get_vectored`], handing each query's result to `ready`
+    /// (with its index in `queries`) as soon as it is known. On `Err`,
+    /// nothing was handed out.
+    pub async fn get_vectored_each(
+        &self,
+        queries: &[(Key, Lsn)],
+        kind: ReadKind,
+        ready: &mut Ready<'_, Result<Bytes, PageReconstructError>>,
+    ) -> Result<(), GetVectoredError> {
         let started = Instant::now();
         if queries.len() > self.conf.max_get_vectored_keys {
             return Err(GetVectoredError::TooManyKeys {
@@ -88,18 +107,28 @@ impl Timeline {
         if self.cancel.is_cancelled() {
             return Err(GetVectoredError::Cancelled);
         }
-        let (mut results, mut stats) = self.read_snapshot(queries).await;
-        for _ in 0..REPLACED_RETRIES {
-            let again: Vec<usize> = (0..results.len()).filter(|&i| replaced(&results[i])).collect();
+        // Indices (into `queries`) of this round's queries; a query whose
+        // layer was replaced goes to the next round, unless this is the last.
+        let mut round: Vec<usize> = (0..queries.len()).collect();
+        let mut stats = vectored_read::ReadStats::default();
+        for retry in 0..=REPLACED_RETRIES {
+            let keys: Vec<(Key, Lsn)> = round.iter().map(|&i| queries[i]).collect();
+            let mut again = Vec::new();
+            let more = self
+                .read_snapshot(&keys, &mut |j, r| {
+                    if retry < REPLACED_RETRIES && replaced(&r) {
+                        again.push(round[j]);
+                        return;
+                    }
+                    self.report_corruption(&r);
+                    ready(round[j], r);
+                })
+                .await;
+            (stats.chunks, stats.bytes) = (stats.chunks + more.chunks, stats.bytes + more.bytes);
             if again.is_empty() {
                 break;
             }
-            let retry: Vec<(Key, Lsn)> = again.iter().map(|&i| queries[i]).collect();
-            let (reread, more) = self.read_snapshot(&retry).await;
-            for (i, r) in again.into_iter().zip(reread) {
-                results[i] = r;
-            }
-            (stats.chunks, stats.bytes) = (stats.chunks + more.chunks, stats.bytes + more.bytes);
+            round = again;
         }
         metrics::record_vectored_read(
             kind as usize,
@@ -108,48 +137,46 @@ impl Timeline {
             stats.chunks,
             stats.bytes,
         );
-        self.report_corruption(&results);
-        Ok(results)
+        Ok(())
     }
 
     /// `queries` read on a snapshot of the layer map taken now.
     async fn read_snapshot(
         &self,
         queries: &[(Key, Lsn)],
-    ) -> (Vec<Result<Bytes, PageReconstructError>>, vectored_read::ReadStats) {
+        ready: &mut Ready<'_, Result<Bytes, PageReconstructError>>,
+    ) -> vectored_read::ReadStats {
         let snapshot = self.layers.read().unwrap().snapshot();
         let limits = vectored_read::ReadLimits {
             timeline: &self.read_slots,
             process: vectored_read::process_read_slots(),
         };
-        vectored_read::read(&self.conf.io_engine, &snapshot, queries, limits).await
+        vectored_read::read_each(&self.conf.io_engine, &snapshot, queries, limits, ready).await
     }
 
     /// Corruption found while serving is loud: every corrupt value or index
     /// block is counted (`pageserver_layer_corruption_errors_total`) and
     /// logged at ERROR with tenant, timeline, layer file (and key and LSN
     /// of a value), at most once per `CORRUPTION_LOG_INTERVAL` per layer file.
-    fn report_corruption(&self, results: &[Result<Bytes, PageReconstructError>]) {
-        for r in results {
-            let (layer, what) = match r {
-                Err(PageReconstructError::CorruptValue { key, lsn, layer, source }) => {
-                    (layer, format!("corrupt value of key {key} at {lsn}: {source}"))
-                }
-                Err(PageReconstructError::LayerIndex {
-                    layer,
-                    source: e @ LayerReadError::CorruptBlock { .. },
-                }) => (layer, format!("corrupt index: {e}")),
-                _ => continue,
-            };
-            metrics::LAYER_CORRUPTION_ERRORS.inc();
-            if self.corruption_log.should_log(layer) {
-                error!(
-                    tenant_id = %self.tenant_id,
-                    timeline_id = %self.timeline_id,
-                    layer = %layer,
-                    "{what} in layer file {layer}"
-                );
+    fn report_corruption(&self, r: &Result<Bytes, PageReconstructError>) {
+        let (layer, what) = match r {
+            Err(PageReconstructError::CorruptValue { key, lsn, layer, source }) => {
+                (layer, format!("corrupt value of key {key} at {lsn}: {source}"))
             }
+            Err(PageReconstructError::LayerIndex {
+                layer,
+                source: e @ LayerReadError::CorruptBlock { .. },
+            }) => (layer, format!("corrupt index: {e}")),
+            _ => return,
+        };
+        metrics::LAYER_CORRUPTION_ERRORS.inc();
+        if self.corruption_log.should_log(layer) {
+            error!(
+                tenant_id = %self.tenant_id,
+                timeline_id = %self.timeline_id,
+                layer = %layer,
+                "{what} in layer file {layer}"
+            );
         }
     }
 
