@@ -8,8 +8,14 @@ queue depth 1 and 32 the page cache is dropped (`echo 1 >
 /proc/sys/vm/drop_caches`, as root) before a short pagebench run of random
 GetPage@latest. Beside it, in the same run, `fio` random 8 KiB O_DIRECT
 reads (io_uring) of the largest layer file at the same depths: the device's
-IOPS. A buffered daemon warms the page cache as it runs, so runs are short;
-with direct IO every read goes to the device.
+IOPS. At depth 32 fio also runs in batches (32 reads submitted together,
+the next 32 only when all are done: `--iodepth_batch_submit=32
+--iodepth_batch_complete_min=32`), the device's speed for a reader that
+waits for a whole batch, as a client waiting for in-order answers partly
+does. Every run also records the device's reads per second, mean read
+latency and mean queue depth (from /proc/diskstats). A buffered daemon
+warms the page cache as it runs, so runs are short; with direct IO every
+read goes to the device.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -46,14 +53,45 @@ def largest_layer(workdir: Path) -> Path:
     return max(files, key=lambda p: p.stat().st_size)
 
 
-def fio_iops(path: Path, depth: int, runtime_s: int) -> float:
+def fio_iops(path: Path, depth: int, runtime_s: int, batched: bool = False) -> float:
     cmd = [
         "fio", "--name=cold", f"--filename={path}", "--readonly", "--rw=randread", "--bs=8k",
         "--direct=1", "--ioengine=io_uring", f"--iodepth={depth}", f"--runtime={runtime_s}",
         "--time_based", "--output-format=json",
     ]  # fmt: skip
+    if batched:
+        cmd += [f"--iodepth_batch_submit={depth}", f"--iodepth_batch_complete_min={depth}"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=runtime_s + 60).stdout
     return json.loads(out)["jobs"][0]["read"]["iops"]
+
+
+class DiskStats:
+    """Reads completed and milliseconds spent reading on the block device
+    holding `path` (/proc/diskstats, fields 4 and 7), over a run. On a file
+    system without one (overlay, tmpfs) there are no figures."""
+
+    def __init__(self, path: Path):
+        dev = path.stat().st_dev
+        self.name = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve().name
+
+    def sample(self) -> tuple[int, int, float] | None:
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            f = line.split()
+            if f[2] == self.name:
+                return int(f[3]), int(f[6]), time.monotonic()
+        return None
+
+    def during(self, run):
+        """`run()`'s result and the device's figures while it ran."""
+        before = self.sample()
+        res = run()
+        after = self.sample()
+        if before is None or after is None:
+            return res, {}
+        (r0, ms0, t0), (r1, ms1, t1) = before, after
+        reads, secs = r1 - r0, t1 - t0
+        return res, {"disk_reads_per_s": round(reads / secs), "disk_await_us": round(1000 * (ms1 - ms0) / max(reads, 1)),
+                     "disk_queue": round((ms1 - ms0) / 1000 / secs, 1)}  # fmt: skip
 
 
 def test_cold_reads_per_engine(pageserver, pgbench_s100_backup_or_small, request):
@@ -63,14 +101,16 @@ def test_cold_reads_per_engine(pageserver, pgbench_s100_backup_or_small, request
     ps = pageserver
     import_backup(ps, pgbench_s100_backup_or_small)
     layer = largest_layer(ps.workdir)
+    disk = DiskStats(layer)
     # The disk's speed drifts (a shared virtual disk): fio runs before and
     # after the daemon's runs, and the reference is the mean of the two.
-    fio_runs = {d: [] for d in DEPTHS}
+    fio_modes = [(d, False) for d in DEPTHS] + [(32, True)]
+    fio_runs = {m: [] for m in fio_modes}
 
     def run_fio():
-        for depth in DEPTHS:
+        for depth, batched in fio_modes:
             drop_caches()
-            fio_runs[depth].append(fio_iops(layer, depth, runtime_s))
+            fio_runs[(depth, batched)].append(disk.during(lambda: fio_iops(layer, depth, runtime_s, batched)))
 
     run_fio()
     rows = []
@@ -81,19 +121,22 @@ def test_cold_reads_per_engine(pageserver, pgbench_s100_backup_or_small, request
         ps.start(extra_overrides={"io_engine": engine, "direct_io": direct, "page_service_pipelining": pipelining})
         for depth in DEPTHS:
             drop_caches()
-            res = run_pagebench(ps, runtime=f"{runtime_s}s", queue_depth=depth)
+            res, dev = disk.during(lambda: run_pagebench(ps, runtime=f"{runtime_s}s", queue_depth=depth))
             assert res.error_count == 0, res.stderr[-2000:]
             name = f"{engine} direct" if direct else f"{engine} buffered"
             rows.append({"engine": name, "batches_in_flight": in_flight, "queue_depth": depth, "getpage_per_s": round(res.rps),
-                         "p50_us": res.latency_us("p50"), "p99_us": res.latency_us("p99")})
+                         "p50_us": res.latency_us("p50"), "p99_us": res.latency_us("p99"), **dev})
     run_fio()
-    for depth in DEPTHS:
-        before, after = fio_runs[depth]
-        rows.append({"engine": "fio O_DIRECT", "queue_depth": depth, "getpage_per_s": round((before + after) / 2),
-                     "fio_before": round(before), "fio_after": round(after)})  # fmt: skip
+    for (depth, batched), ((before, dev), (after, _)) in fio_runs.items():
+        name = "fio O_DIRECT in batches" if batched else "fio O_DIRECT"
+        rows.append({"engine": name, "queue_depth": depth, "getpage_per_s": round((before + after) / 2),
+                     "fio_before": round(before), "fio_after": round(after), **dev})  # fmt: skip
     fio = {r["queue_depth"]: r["getpage_per_s"] for r in rows if r["engine"] == "fio O_DIRECT"}
+    fio_batched = next(r["getpage_per_s"] for r in rows if r["engine"] == "fio O_DIRECT in batches")
     for r in rows:
         r["of_fio"] = round(r["getpage_per_s"] / fio[r["queue_depth"]], 2)
+        if r["queue_depth"] == 32:
+            r["of_fio_in_batches"] = round(r["getpage_per_s"] / fio_batched, 2)
     out = TEST_OUTPUT / "perf"
     out.mkdir(parents=True, exist_ok=True)
     (out / "cold_reads.json").write_text(json.dumps({"layer_bytes": layer.stat().st_size, "rows": rows}, indent=2))

@@ -32,7 +32,8 @@
 //!   at once (the default of one batch reads all 32 together); when the
 //!   first is answered, the client's next requests form a batch that reads
 //!   while the second is still on the disk, so a cold disk idles less
-//!   between batches (docs/benchmarks.md, cold reads: 1.34x at depth 32).
+//!   between batches (docs/benchmarks.md, cold reads: 1.01x-1.17x at
+//!   depth 32).
 //! - Order: the channel is FIFO at the granularity of items, a batch keeps
 //!   its requests in arrival order, and the executor answers items in the
 //!   order it took them (`FuturesOrdered`): an item's responses are encoded

@@ -30,8 +30,8 @@
 //! values (or by the same key at several LSNs) is read exactly once.
 //!
 //! Chunk reads run concurrently: those of layer files as one batch of the
-//! IO engine per wave (with io-uring, submitted with one `io_uring_enter`
-//! and all in flight at once), those of in-memory layers beside it. They are
+//! IO engine per wave (with io-uring, submitted together, one
+//! `io_uring_enter` per group of 8, and all in flight at once), those of in-memory layers beside it. They are
 //! bounded three ways: at most `MAX_CHUNK_READS_PER_GET` per get
 //! (more chunks go in waves), and permits of the timeline's and the process's read semaphores
 //! ([`ReadLimits`]), taken once per get for as many reads as it runs at a

@@ -1,6 +1,6 @@
 //! Files of the io-uring engine: transfer loops over ring operations
 //! (short transfers go on, EOF before `len` is `UnexpectedEof`), fsync
-//! through the ring, and batches submitted with one `io_uring_enter`.
+//! through the ring, and batches submitted together (`Ring::start`).
 //! Reads that do not block and some buffered writes skip the ring
 //! (`inline.rs`).
 //!
@@ -173,8 +173,8 @@ fn advance(
 /// Run transfers of one direction as batches of at most `BATCH_MAX_OPS`;
 /// yields each transfer's result with its index in `items` as soon as it
 /// is done. Reads first try their inline attempt (those done inline come
-/// first); what is left of a batch is pushed under one lock and submitted
-/// with one `io_uring_enter`, and the batch is finished before the next is
+/// first); what is left of a batch is pushed and submitted (`Ring::start`:
+/// one `io_uring_enter` per group of 8), and the batch is finished before the next is
 /// pushed (so a batch never waits for slots its own finished operations
 /// hold). Short transfers go on one by one. Every item has `len > 0`.
 pub(crate) fn transfer_each<'a>(

@@ -18,7 +18,9 @@ use io_uring::{opcode, squeue, IoUring};
 use super::op::{Op, Requests, Start, Started};
 use super::slots::Held;
 use super::state::{Deferred, State};
-use super::{setup, CANCEL_USER_DATA, DROP_WAIT, MAX_IN_FLIGHT_OPS, MAX_OP_BYTES};
+use super::{
+    setup, CANCEL_USER_DATA, DROP_WAIT, MAX_IN_FLIGHT_OPS, MAX_OP_BYTES, SUBMIT_GROUP_OPS,
+};
 use crate::AlignedBuf;
 
 /// One operation to push: the file, the buffer the slot will own, and what to do.
@@ -117,12 +119,26 @@ impl Ring {
         Ok(op)
     }
 
-    /// Push all operations under one lock once as many slots are free,
-    /// then submit them with one `io_uring_enter` (more only if the SQ
-    /// fills up). At most half the slots, so a batch never waits for a
-    /// full ring.
+    /// Push and submit the operations in groups of at most
+    /// `SUBMIT_GROUP_OPS`, in order: a group is pushed under one lock once
+    /// as many slots are free, then submitted with one `io_uring_enter`
+    /// (more only if the SQ fills up), before the next group is pushed. At
+    /// most half the slots, so a batch never waits for a full ring.
     pub(super) async fn start(&self, reqs: Vec<Request>) -> Vec<Op<'_>> {
         assert!(reqs.len() <= MAX_IN_FLIGHT_OPS as usize / 2, "batch of {}", reqs.len());
+        if reqs.len() <= SUBMIT_GROUP_OPS {
+            return self.start_group(reqs).await;
+        }
+        let mut ops = Vec::with_capacity(reqs.len());
+        let mut reqs = reqs.into_iter().peekable();
+        while reqs.peek().is_some() {
+            let group: Vec<Request> = reqs.by_ref().take(SUBMIT_GROUP_OPS).collect();
+            ops.extend(self.start_group(group).await);
+        }
+        ops
+    }
+
+    async fn start_group(&self, reqs: Vec<Request>) -> Vec<Op<'_>> {
         match Start::new(self, Requests::Many(reqs)).await {
             Started::Many(ops) => ops,
             Started::One(_) => unreachable!("a batch"),
