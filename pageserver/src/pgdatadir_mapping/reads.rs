@@ -1,13 +1,15 @@
 //! PostgreSQL-level reads at an LSN: relation existence and size, pages in
 //! batches, database size, SLRU segments, directory listings.
 //!
-//! Contract with the page service: `get_rel_pages_batched` issues exactly
-//! one `Timeline::get_vectored` for its batch when the sizes of the batch's
+//! Contract with the page service: `get_rel_pages_each` (and the collecting
+//! `get_rel_pages_batched`) issues exactly one vectored get
+//! (`Timeline::get_vectored_each`) for its batch when the sizes of the batch's
 //! relations are cached (the steady state); when some are not, their size
 //! keys ride along in the same call, or, if that exceeds
 //! `max_get_vectored_keys` (from config, never learned from a refusal), the
 //! queries are split into chunks of that size. Duplicate (rel, blk, lsn) are
-//! read once (the vectored read deduplicates its queries). Results are in request order, one per page.
+//! read once (the vectored read deduplicates its queries). One result per
+//! page (`get_rel_pages_batched`: in request order).
 
 use bytes::Bytes;
 use pageserver_api::key::Key;
