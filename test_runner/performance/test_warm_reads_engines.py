@@ -43,7 +43,7 @@ def measure(ps, engine: str, depth: int, runtime: str) -> dict:
 
 def test_warm_reads_io_uring_vs_std_fs(pageserver, pgbench_backup, request):
     smoke = request.config.getoption("--perf-smoke")
-    runtime, rounds = ("1s", 2) if smoke else ("3s", 6)
+    runtime, rounds = ("1s", 2) if smoke else ("3s", 12)
     ps = pageserver
     import_backup(ps, pgbench_backup)
     run_pagebench(ps, runtime="2s", queue_depth=32)  # warm the page cache
