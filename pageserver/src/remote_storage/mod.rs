@@ -375,5 +375,14 @@ impl RemoteStorage {
     }
 }
 
+/// A store in the local directory `root`, for tests; `extra` is more of its
+/// TOML table (for example `prefix = 'a/'` or `deletion_delay = '0s'`).
+#[cfg(test)]
+pub(crate) fn local_for_tests(root: &std::path::Path, extra: &str) -> RemoteStorage {
+    let text = format!("local_path = '{}'\n{extra}", root.display());
+    let t: RemoteStorageToml = toml::from_str(&text).expect("test store config parses");
+    RemoteStorage::new(t.validate().expect("test store config is valid")).expect("test store")
+}
+
 #[cfg(test)]
 mod tests;

@@ -4,18 +4,7 @@
 use super::*;
 
 fn storage(root: &Path, prefix: &str) -> RemoteStorage {
-    let t = RemoteStorageToml {
-        endpoint: None,
-        bucket: None,
-        prefix: Some(prefix.into()),
-        region: None,
-        local_path: Some(root.to_path_buf()),
-        concurrency: None,
-        upload_queue_size: None,
-        deletion_delay: None,
-        timeout: None,
-    };
-    RemoteStorage::new(t.validate().unwrap()).unwrap()
+    local_for_tests(root, &format!("prefix = '{prefix}'"))
 }
 
 fn engine() -> IoEngine {

@@ -12,7 +12,7 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::TenantManager;
-use crate::remote_storage::{RemoteStorage, RemoteStorageToml};
+use crate::remote_storage::RemoteStorage;
 use crate::tenant::lsn_by_time::LsnTimeRecord;
 use crate::tenant::metadata::TimelineMetadata;
 use crate::tenant::remote_timeline::index_part::IndexPart;
@@ -23,18 +23,7 @@ use crate::tenant::{StorageConf, Timeline};
 
 /// Remote storage in `root` (a local directory).
 pub fn remote(root: &Path) -> Arc<RemoteStorage> {
-    let toml = RemoteStorageToml {
-        endpoint: None,
-        bucket: None,
-        prefix: None,
-        region: None,
-        local_path: Some(root.to_path_buf()),
-        concurrency: None,
-        upload_queue_size: None,
-        deletion_delay: None,
-        timeout: None,
-    };
-    Arc::new(RemoteStorage::new(toml.validate().unwrap()).unwrap())
+    Arc::new(crate::remote_storage::local_for_tests(root, ""))
 }
 
 /// A pageserver on `workdir` with `remote` (or none).

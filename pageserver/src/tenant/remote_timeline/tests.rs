@@ -6,13 +6,10 @@ use utils::lsn::Lsn;
 
 use super::index_part::{IndexLayer, IndexLevel};
 use super::*;
-use crate::remote_storage::RemoteStorageToml;
 use crate::tenant::metadata::TimelineMetadata;
 
 fn storage(root: &Path) -> RemoteStorage {
-    let t: RemoteStorageToml =
-        toml::from_str(&format!("local_path = '{}'", root.display())).unwrap();
-    RemoteStorage::new(t.validate().unwrap()).unwrap()
+    crate::remote_storage::local_for_tests(root, "")
 }
 
 #[test]

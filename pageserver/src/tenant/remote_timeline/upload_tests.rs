@@ -13,7 +13,6 @@ use utils::lsn::Lsn;
 
 use super::client::RemoteTimelineClient;
 use super::*;
-use crate::remote_storage::RemoteStorageToml;
 use crate::tenant::metadata::TimelineMetadata;
 use crate::tenant::timeline::compaction::CompactOptions;
 use crate::tenant::value::image;
@@ -27,9 +26,8 @@ struct Fixture {
 }
 
 fn storage(root: &Path, extra: &str) -> Arc<RemoteStorage> {
-    let text = format!("local_path = '{}'\ndeletion_delay = '0s'\n{extra}", root.display());
-    let t: RemoteStorageToml = toml::from_str(&text).unwrap();
-    Arc::new(RemoteStorage::new(t.validate().unwrap()).unwrap())
+    let extra = format!("deletion_delay = '0s'\n{extra}");
+    Arc::new(crate::remote_storage::local_for_tests(root, &extra))
 }
 
 /// A new timeline at generation 1 with remote storage (`extra`: more

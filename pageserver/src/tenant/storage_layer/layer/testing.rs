@@ -10,7 +10,7 @@ use io_engine::IoEngine;
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
-use crate::remote_storage::{RemoteStorage, RemoteStorageToml};
+use crate::remote_storage::RemoteStorage;
 use crate::tenant::remote_timeline::client::RemoteTimelineClient;
 use crate::tenant::remote_timeline::index_part::{IndexLayer, IndexLevel, IndexPart};
 use crate::tenant::remote_timeline::{layer_key, Generation};
@@ -19,9 +19,7 @@ pub(crate) const GENERATION: Generation = Generation(1);
 
 /// Remote storage in the local directory `root`.
 pub(crate) fn local_storage(root: &Path) -> Arc<RemoteStorage> {
-    let t: RemoteStorageToml =
-        toml::from_str(&format!("local_path = '{}'", root.display())).unwrap();
-    Arc::new(RemoteStorage::new(t.validate().unwrap()).unwrap())
+    Arc::new(crate::remote_storage::local_for_tests(root, ""))
 }
 
 /// Upload the layer files `names` of the timeline directory `dir`; what an
