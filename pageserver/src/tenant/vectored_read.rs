@@ -31,9 +31,10 @@
 //!
 //! Chunk reads run concurrently: those of layer files as one batch of the
 //! IO engine per wave (with io-uring, submitted together, one
-//! `io_uring_enter` per group of 8, and all in flight at once), those of in-memory layers beside it. They are
-//! bounded three ways: at most `MAX_CHUNK_READS_PER_GET` per get
-//! (more chunks go in waves), and permits of the timeline's and the process's read semaphores
+//! `io_uring_enter` per group of 8, and all in flight at once), those of
+//! in-memory layers beside it. They are bounded three ways: at most
+//! `MAX_CHUNK_READS_PER_GET` per get (more chunks go in waves), and permits
+//! of the timeline's and the process's read semaphores
 //! ([`ReadLimits`]), taken once per get for as many reads as it runs at a
 //! time. Permits are taken timeline first, then process: one order, so
 //! gets cannot deadlock on them.
@@ -182,9 +183,11 @@ pub async fn read_each(
         }
     }
     let mut answer = |u: usize, r: Result<Bytes, PageReconstructError>| {
-        for &qi in &askers[u] {
+        let (&last, others) = askers[u].split_last().expect("every query has an asker");
+        for &qi in others {
             ready(qi, r.clone());
         }
+        ready(last, r);
     };
 
     let layers = plan_all(snapshot, &mut uniq).await;

@@ -14,6 +14,7 @@
 //! snapshot, which no longer lists that layer (at most `REPLACED_RETRIES`
 //! times).
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -107,28 +108,33 @@ impl Timeline {
         if self.cancel.is_cancelled() {
             return Err(GetVectoredError::Cancelled);
         }
-        // Indices (into `queries`) of this round's queries; a query whose
-        // layer was replaced goes to the next round, unless this is the last.
-        let mut round: Vec<usize> = (0..queries.len()).collect();
+        // Indices (into `queries`) of this round's queries, `None` for all
+        // of them (the first round: no copy); a query whose layer was
+        // replaced goes to the next round, unless this is the last.
+        let mut round: Option<Vec<usize>> = None;
         let mut stats = vectored_read::ReadStats::default();
         for retry in 0..=REPLACED_RETRIES {
-            let keys: Vec<(Key, Lsn)> = round.iter().map(|&i| queries[i]).collect();
+            let keys: Cow<'_, [(Key, Lsn)]> = match &round {
+                None => Cow::Borrowed(queries),
+                Some(r) => Cow::Owned(r.iter().map(|&i| queries[i]).collect()),
+            };
+            let at = |j: usize| round.as_ref().map_or(j, |r| r[j]);
             let mut again = Vec::new();
             let more = self
                 .read_snapshot(&keys, &mut |j, r| {
                     if retry < REPLACED_RETRIES && replaced(&r) {
-                        again.push(round[j]);
+                        again.push(at(j));
                         return;
                     }
                     self.report_corruption(&r);
-                    ready(round[j], r);
+                    ready(at(j), r);
                 })
                 .await;
             (stats.chunks, stats.bytes) = (stats.chunks + more.chunks, stats.bytes + more.bytes);
             if again.is_empty() {
                 break;
             }
-            round = again;
+            round = Some(again);
         }
         metrics::record_vectored_read(
             kind as usize,
