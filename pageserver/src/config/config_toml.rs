@@ -55,6 +55,8 @@ pub struct ConfigToml {
     pub authentication_timeout: Duration,
     /// Default: see `config/fd_budget.rs`.
     pub page_service_max_connections: Option<usize>,
+    /// Page service connection threads; default: one per CPU.
+    pub page_service_threads: Option<usize>,
     /// Default: see `config/fd_budget.rs`.
     pub http_max_connections: Option<usize>,
     pub http_max_concurrent_requests: usize,
@@ -147,6 +149,7 @@ impl Default for ConfigToml {
             shutdown_timeout: duration(DEFAULT_SHUTDOWN_TIMEOUT),
             authentication_timeout: duration(DEFAULT_AUTHENTICATION_TIMEOUT),
             page_service_max_connections: None,
+            page_service_threads: None,
             http_max_connections: None,
             http_max_concurrent_requests: DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS,
             http_header_read_timeout: duration(DEFAULT_HTTP_HEADER_READ_TIMEOUT),

@@ -24,6 +24,7 @@ pub mod remote;
 mod tests;
 
 use std::net::ToSocketAddrs;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +90,8 @@ pub struct PageServerConf {
     pub auth_validation_public_key_path: Option<PathBuf>,
     pub shutdown_timeout: Duration,
     pub authentication_timeout: Duration,
+    /// Page service connection threads (`page_service_threads`).
+    pub page_service_threads: NonZeroUsize,
     /// Descriptor limits: open layer files, page service and HTTP connections.
     pub fd_budget: FdBudget,
     pub http: HttpConf,
@@ -152,6 +155,7 @@ impl PageServerConf {
             shutdown_timeout,
             authentication_timeout,
             page_service_max_connections,
+            page_service_threads,
             http_max_connections,
             http_max_concurrent_requests,
             http_header_read_timeout,
@@ -224,12 +228,18 @@ impl PageServerConf {
             page_service_max_connections,
             http_max_connections,
         )?;
+        let page_service_threads = match page_service_threads {
+            None => crate::page_service::default_threads(),
+            Some(n) => NonZeroUsize::new(n)
+                .ok_or_else(|| key_err("page_service_threads", "must be greater than 0"))?,
+        };
         let page_service = PageServiceConf {
             pipelining: page_service_pipelining.clone(),
             auth_type: pg_auth_type,
             auth_validation_public_key_path: auth_validation_public_key_path.clone(),
             authentication_timeout,
             max_connections: fd_budget.page_service_max_connections,
+            threads: page_service_threads,
         };
         check_page_service(&page_service, max_get_vectored_keys)?;
         let io_engine = IoEngine::with_max_open_files(io_engine, fd_budget.max_open_files)
@@ -258,6 +268,7 @@ impl PageServerConf {
             auth_validation_public_key_path,
             shutdown_timeout,
             authentication_timeout,
+            page_service_threads,
             fd_budget,
             http,
             walreceiver,
@@ -301,6 +312,7 @@ impl PageServerConf {
             auth_validation_public_key_path: self.auth_validation_public_key_path.clone(),
             authentication_timeout: self.authentication_timeout,
             max_connections: self.fd_budget.page_service_max_connections,
+            threads: self.page_service_threads,
         }
     }
 

@@ -15,11 +15,14 @@
 //!   contract is documented at the top of `pipelined`);
 //! - `batch`: LSN validation, effective LSN, batch folding rules;
 //! - `execute`: executing work against the timeline, encoding responses;
-//! - `error`: `PageStreamError` (per request) and `QueryError` (per command/stream).
+//! - `error`: `PageStreamError` (per request) and `QueryError` (per command/stream);
+//! - `threads`: the connection threads (`page_service_threads`), one
+//!   current-thread runtime each; a connection stays on one.
 //!
 //! Lifecycle invariants:
 //! - every connection runs in a task of this service's `TaskTracker` with a
-//!   child token of the service's `cancel`;
+//!   child token of the service's `cancel`, on one of its connection threads
+//!   (refusals at the connection limit run on the caller's runtime);
 //! - [`page_service_main`] returns only after the listener is closed and every
 //!   connection task has ended, or after [`CONNECTION_SHUTDOWN_TIMEOUT`]
 //!   (logged); connections observe cancellation at every socket operation and
@@ -37,7 +40,9 @@ mod pipelined;
 mod request;
 mod serial;
 mod stream;
+mod threads;
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,11 +83,18 @@ pub struct PageServiceConf {
     pub authentication_timeout: Duration,
     /// Connections served at once; one more is refused with SQLSTATE 53300.
     pub max_connections: usize,
+    /// Connection threads (`page_service_threads`; default: one per CPU).
+    pub threads: NonZeroUsize,
+}
+
+/// One connection thread per CPU.
+pub fn default_threads() -> NonZeroUsize {
+    std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)
 }
 
 impl Default for PageServiceConf {
     /// Pipelined (32, concurrent-futures, scattered-lsn), trust auth,
-    /// 10 s to authenticate, 1000 connections.
+    /// 10 s to authenticate, 1000 connections, a thread per CPU.
     fn default() -> Self {
         PageServiceConf {
             pipelining: PageServicePipeliningConfig::default(),
@@ -90,6 +102,7 @@ impl Default for PageServiceConf {
             auth_validation_public_key_path: None,
             authentication_timeout: Duration::from_secs(10),
             max_connections: 1000,
+            threads: default_threads(),
         }
     }
 }
@@ -150,15 +163,18 @@ pub async fn page_service_main(
     let auth = conf.load_auth()?;
     metrics::page_service::register();
     metrics::page_service::set_config(&conf.pipelining);
+    let threads = threads::ConnectionThreads::start(conf.threads)
+        .context("cannot start the page service's connection threads")?;
     let slots = Arc::new(Semaphore::new(conf.max_connections));
     let state = Arc::new(ServiceState { conf, tenants, auth });
     let connections = TaskTracker::new();
     let refusals = Arc::new(Semaphore::new(MAX_CONCURRENT_REFUSALS));
     info!(
-        "page service listening on {} ({:?}, auth {:?})",
+        "page service listening on {} ({:?}, auth {:?}, {} connection threads)",
         listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         state.conf.pipelining,
-        state.conf.auth_type
+        state.conf.auth_type,
+        state.conf.threads
     );
 
     loop {
@@ -169,10 +185,9 @@ pub async fn page_service_main(
         match accepted {
             Ok((socket, peer)) => match Arc::clone(&slots).try_acquire_owned() {
                 Ok(slot) => {
-                    let conn =
-                        connection::serve(socket, peer, Arc::clone(&state), cancel.child_token());
-                    connections.spawn(async move {
-                        conn.await;
+                    let (state, cancel) = (Arc::clone(&state), cancel.child_token());
+                    threads.spawn(&connections, socket, move |socket| async move {
+                        connection::serve(socket, peer, state, cancel).await;
                         drop(slot);
                     });
                 }
@@ -209,6 +224,7 @@ pub async fn page_service_main(
             connections.len()
         );
     }
+    threads.shut_down().await;
     info!("page service stopped");
     Ok(())
 }

@@ -57,8 +57,9 @@
 //!   reader's socket read would block (or its fold is refused), the executor
 //!   runs.
 //! - `tasks`: the reader is a separate tokio task (it owns the read half);
-//!   the executor stays in the connection's task. Cross-task wake-ups cost a
-//!   little latency but let the two halves run on both cores.
+//!   the executor stays in the connection's task. Both run on the
+//!   connection's thread (`page_service/threads.rs`), so they take turns
+//!   as in `concurrent-futures`, with a cross-task wake-up between them.
 //!
 //! # Ending, errors and cancellation
 //!
