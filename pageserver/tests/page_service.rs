@@ -22,12 +22,13 @@ fn modes() -> Vec<PageServiceConf> {
         pipelining: PageServicePipeliningConfig::Serial,
         ..PageServiceConf::default()
     };
-    let mut two_in_flight = PageServiceConf::default();
-    let PageServicePipeliningConfig::Pipelined(p) = &mut two_in_flight.pipelining else {
+    // The default has two batches in flight; one is Neon's behaviour.
+    let mut one_in_flight = PageServiceConf::default();
+    let PageServicePipeliningConfig::Pipelined(p) = &mut one_in_flight.pipelining else {
         unreachable!("the default is pipelined")
     };
-    p.max_batches_in_flight = std::num::NonZeroUsize::new(2).unwrap();
-    vec![serial, PageServiceConf::default(), two_in_flight]
+    p.max_batches_in_flight = std::num::NonZeroUsize::MIN;
+    vec![serial, PageServiceConf::default(), one_in_flight]
 }
 
 /// The v3 echo of the request header (v2 responses carry none).

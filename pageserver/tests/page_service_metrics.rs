@@ -27,12 +27,16 @@ use utils::lsn::Lsn;
 static METRICS_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn pipelined(max: usize, batching: Batching) -> PageServiceConf {
+    pipelined_in_flight(max, batching, 1)
+}
+
+fn pipelined_in_flight(max: usize, batching: Batching, in_flight: usize) -> PageServiceConf {
     PageServiceConf {
         pipelining: PageServicePipeliningConfig::Pipelined(PageServicePipeliningConfigPipelined {
             max_batch_size: NonZeroUsize::new(max).unwrap(),
             execution: Execution::ConcurrentFutures,
             batching,
-            max_batches_in_flight: NonZeroUsize::MIN,
+            max_batches_in_flight: NonZeroUsize::new(in_flight).unwrap(),
         }),
         ..PageServiceConf::default()
     }
@@ -140,12 +144,19 @@ async fn pipelined_getpages_batch_into_vectored_gets() {
     let scattered = env.addr;
     let small = env.spawn_service(pipelined(4, Batching::ScatteredLsn));
     let uniform = env.spawn_service(pipelined(32, Batching::UniformLsn));
+    let two = env.spawn_service(pipelined_in_flight(32, Batching::ScatteredLsn, 2));
 
     // 32 getpages arriving together: one or two batches, one vectored get each.
     let d = run(&env, scattered, &pages((0..32).map(|i| (i % 12, Lsn::MAX)))).await;
     assert_eq!((d.started, d.executed, d.batched_pages), (32.0, 32.0, 32.0), "{d:?}");
     assert!(d.batches <= 2.0, "32 requests in one write should batch: {d:?}");
     assert_eq!(d.vectored_gets, d.batches, "one vectored get per batch: {d:?}");
+
+    // Two in flight, data in memory: every batch is done before the next is
+    // taken, so batches stay whole (not 16 pages each): 64 requests in 2-3.
+    let d = run(&env, two, &pages((0..64).map(|i| (i % 12, Lsn::MAX)))).await;
+    assert_eq!(d.batched_pages, 64.0, "{d:?}");
+    assert!(d.batches <= 3.0, "warm batches beside none must stay whole: {d:?}");
 
     // max_batch_size 4: at least 8 batches, broken because full.
     let d = run(&env, small, &pages((0..32).map(|i| (i % 12, Lsn::MAX)))).await;

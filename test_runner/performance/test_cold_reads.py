@@ -35,7 +35,7 @@ from fixtures.pageserver import TEST_OUTPUT
 pytestmark = pytest.mark.perf
 
 # (io_engine, direct_io, max_batches_in_flight of the pipelined handler)
-# (1 is the default: one batch at a time.)
+# (2 is the default.)
 CONFIGS = [
     ("std-fs", False, 1), ("io-uring", False, 1), ("std-fs", True, 1), ("io-uring", True, 1),
     ("std-fs", True, 2), ("io-uring", True, 2),

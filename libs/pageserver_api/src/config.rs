@@ -5,7 +5,7 @@
 //! `page_service_pipelining` (TOML), in Neon's shape:
 //! `{ mode = "serial" }` or `{ mode = "pipelined", max_batch_size = 32,
 //! execution = "concurrent-futures" | "tasks", batching = "uniform-lsn" | "scattered-lsn",
-//! max_batches_in_flight = 1 }` (the last key is ours).
+//! max_batches_in_flight = 2 }` (the last key is ours).
 
 use std::num::NonZeroUsize;
 
@@ -56,17 +56,17 @@ impl From<PipeliningInput> for PageServicePipeliningConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PageServicePipeliningConfigPipelined {
-    /// GetPages a connection reads at once, at most.
+    /// GetPages per batch (one vectored get), at most.
     pub max_batch_size: NonZeroUsize,
     pub execution: PageServiceProtocolPipelinedExecutionStrategy,
     #[serde(default)]
     pub batching: PageServiceProtocolPipelinedBatchingStrategy,
-    /// Batches a connection executes at once (answered in order). Each holds
-    /// at most `max_batch_size / max_batches_in_flight` (rounded up)
-    /// GetPages, so a connection reads at most about `max_batch_size` pages
-    /// at once either way; more batches in flight keep the disk busy while
-    /// the first batch's answers go out and the client's next requests come
-    /// in.
+    /// Batches a connection executes at once (answered in order). A batch
+    /// starts beside others only once it holds `max_batch_size /
+    /// max_batches_in_flight` (rounded up) GetPages; with nothing executing
+    /// it starts at once. More batches in flight keep a cold disk busy
+    /// while the first batch's answers go out and the client's next
+    /// requests come in; on a warm cache batches stay whole.
     #[serde(default = "default_batches_in_flight")]
     pub max_batches_in_flight: NonZeroUsize,
 }
@@ -75,7 +75,7 @@ fn default_batches_in_flight() -> NonZeroUsize {
     NonZeroUsize::new(DEFAULT_BATCHES_IN_FLIGHT).unwrap()
 }
 
-pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -153,7 +153,7 @@ mod tests {
             json,
             serde_json::json!({"mode": "pipelined", "max_batch_size": 32,
                                "execution": "concurrent-futures", "batching": "scattered-lsn",
-                               "max_batches_in_flight": 1})
+                               "max_batches_in_flight": 2})
         );
         assert_eq!(serde_json::from_value::<PageServicePipeliningConfig>(json).unwrap(), d);
         // Neon's shape, without our key, reads as the same default.

@@ -14,7 +14,9 @@
 //!   `send` then waits until the receiver has taken the pending value, and puts
 //!   the item there. A refused item is never offered to `try_fold` again.
 //! - [`Receiver::recv`] takes the whole pending value, waiting while there is
-//!   none.
+//!   none. [`Receiver::recv_if`] takes it only once it is ready by the
+//!   caller's measure or can no longer grow (a fold was refused, or the
+//!   sender is gone); every successful fold wakes a receiver waiting so.
 //! - Dropping the sender: the receiver still gets the pending value (if any),
 //!   then [`RecvError::SenderGone`].
 //! - Dropping the receiver: the pending value is dropped, and every current or
@@ -73,7 +75,8 @@ struct State<T> {
     pending: Option<T>,
     sender_alive: bool,
     receiver_alive: bool,
-    /// Registered by a `recv` that found nothing pending.
+    /// Registered by a `recv` that found nothing pending, or a `recv_if`
+    /// whose pending value was not ready.
     rx_waker: Option<Waker>,
     /// Registered by a `send` whose fold was refused.
     tx_waker: Option<Waker>,
@@ -171,8 +174,16 @@ impl<T> Sender<T> {
                 Poll::Ready(Ok(()))
             }
             Some(pending) if !*refused => match try_fold(pending, value) {
-                // The receiver was already woken when the slot became non-empty.
-                Ok(()) => Poll::Ready(Ok(())),
+                // Only a `recv_if` that found the value not ready yet is
+                // registered now: the value grew, it looks again.
+                Ok(()) => {
+                    let waker = st.rx_waker.take();
+                    drop(st);
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                    Poll::Ready(Ok(()))
+                }
                 Err(value) => {
                     *refused = true;
                     *item = Some(value);
@@ -232,6 +243,34 @@ impl<T> Receiver<T> {
         }
         register(&mut st.rx_waker, cx);
         Poll::Pending
+    }
+
+    /// Takes the pending value once `ready(&pending)` holds, or once it
+    /// can no longer grow: a fold into it was refused (the sender waits),
+    /// or the sender is gone. Waits otherwise. Errors and cancel safety as
+    /// [`Receiver::recv`].
+    pub async fn recv_if(&mut self, ready: impl Fn(&T) -> bool) -> Result<T, RecvError> {
+        poll_fn(|cx| self.poll_recv_if(cx, &ready)).await
+    }
+
+    fn poll_recv_if(
+        &mut self,
+        cx: &mut Context<'_>,
+        ready: impl Fn(&T) -> bool,
+    ) -> Poll<Result<T, RecvError>> {
+        let st = self.shared.lock();
+        let full = st.tx_waker.is_some() || !st.sender_alive;
+        match &st.pending {
+            Some(pending) if !full && !ready(pending) => {
+                let mut st = st;
+                register(&mut st.rx_waker, cx);
+                Poll::Pending
+            }
+            _ => {
+                drop(st);
+                self.poll_recv(cx)
+            }
+        }
     }
 
     /// Takes the pending value without waiting, if there is one.

@@ -70,7 +70,7 @@ fn defaults() {
     assert_eq!(p.max_batch_size.get(), 32);
     assert_eq!(p.execution, PageServiceProtocolPipelinedExecutionStrategy::ConcurrentFutures);
     assert_eq!(p.batching, PageServiceProtocolPipelinedBatchingStrategy::ScatteredLsn);
-    assert_eq!(p.max_batches_in_flight.get(), 1);
+    assert_eq!(p.max_batches_in_flight.get(), 2);
 
     assert!(conf.remote_storage.is_none());
     assert!(conf.eviction.period.is_zero(), "no eviction by default");

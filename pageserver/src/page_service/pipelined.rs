@@ -20,20 +20,21 @@
 //!   the reader waits until the executor takes the pending value, so at most
 //!   one item is buffered beyond the pending batch, and the socket provides
 //!   backpressure to the client from there.
-//! - The executor takes whatever is pending, whole, whenever fewer than
-//!   `max_batches_in_flight` items are executing. There are no timers: a
-//!   batch grows only while the executor cannot take it (all its slots
-//!   busy, or flushing), so a client with one request in flight pays
-//!   nothing for batching and a client with many in flight gets them
-//!   batched.
-//! - With more than one batch in flight, a batch holds at most
-//!   `max_batch_size / max_batches_in_flight` (rounded up) GetPages. A
-//!   client with 32 requests outstanding then has two batches of 16 reading
-//!   at once (the default of one batch reads all 32 together); when the
-//!   first is answered, the client's next requests form a batch that reads
-//!   while the second is still on the disk, so a cold disk idles less
-//!   between batches (docs/benchmarks.md, cold reads: 1.01x-1.17x at
-//!   depth 32).
+//! - The executor takes whatever is pending, whole, when nothing is
+//!   executing. While items execute (waiting on the disk) it takes the
+//!   pending value as the next item, if fewer than `max_batches_in_flight`
+//!   are executing, only once it holds at least `max_batch_size /
+//!   max_batches_in_flight` (rounded up) GetPages, or is not a GetPage
+//!   batch, or can no longer grow (`spsc_fold::Receiver::recv_if`). There
+//!   are no timers: a batch grows only while the executor cannot or will
+//!   not take it, so a client with one request in flight pays nothing for
+//!   batching and a client with many in flight gets them batched.
+//! - So on a warm cache (every item done before the executor looks again)
+//!   batches hold up to `max_batch_size` GetPages whatever
+//!   `max_batches_in_flight` is; on a cold disk a client with 32 requests
+//!   outstanding has, with 4 in flight, its next requests read in batches
+//!   of at least 8 while earlier ones are still on the disk, so the disk
+//!   idles less between batches (docs/benchmarks.md, cold reads).
 //! - Order: the channel is FIFO at the granularity of items, a batch keeps
 //!   its requests in arrival order, and the executor answers items in the
 //!   order it took them (`FuturesOrdered`): an item's responses are encoded
@@ -126,19 +127,20 @@ pub async fn run(
     // Cancelled by the reader at EOF or Terminate.
     let client_gone = CancellationToken::new();
     let in_flight = conf.max_batches_in_flight.get();
-    let batch_size = conf.max_batch_size.get().div_ceil(in_flight);
     let read_half = read_loop(
         reader,
         tx,
         Arc::clone(&tl),
         version,
-        (batch_size, conf.batching),
+        (conf.max_batch_size.get(), conf.batching),
         reader_cancel.clone(),
         client_gone.clone(),
     );
     let exec_half = async {
         let ctx = ExecCtx { tl: &tl, version, cancel, pipelined: true };
-        let res = exec_loop(rx, writer, &ctx, in_flight, &client_gone).await;
+        let slots =
+            Slots { max: in_flight, min_pages: conf.max_batch_size.get().div_ceil(in_flight) };
+        let res = exec_loop(rx, writer, &ctx, slots, &client_gone).await;
         reader_cancel.cancel();
         res
     };
@@ -200,7 +202,26 @@ async fn read_loop(
     }
 }
 
-/// The executor: execute up to `max_in_flight` work items at once, answer
+/// When the executor takes the next item (see the module comment).
+#[derive(Clone, Copy)]
+struct Slots {
+    /// Items executing at once (`max_batches_in_flight`).
+    max: usize,
+    /// GetPages a batch needs to be taken while other items execute.
+    min_pages: usize,
+}
+
+impl Slots {
+    /// Whether `work` may start while other items execute.
+    fn ready_beside_others(self, work: &BatchedFeMessage) -> bool {
+        match work {
+            BatchedFeMessage::GetPage(b) => b.pages.len() >= self.min_pages,
+            _ => true,
+        }
+    }
+}
+
+/// The executor: execute up to `slots.max` work items at once, answer
 /// them in the order taken. The oldest item's early answers (a GetPage
 /// batch of more than one page sends each as soon as it and every one
 /// before it are read) are written while the rest of it still reads.
@@ -208,10 +229,10 @@ async fn exec_loop(
     mut rx: spsc_fold::Receiver<BatchedFeMessage>,
     writer: &mut FrameWriter,
     ctx: &ExecCtx<'_>,
-    max_in_flight: usize,
+    slots: Slots,
     client_gone: &CancellationToken,
 ) -> Result<(), QueryError> {
-    assert!(max_in_flight > 0);
+    assert!(slots.max > 0 && slots.min_pages > 0);
     let cancel = ctx.cancel;
     // One registration for the whole stream, not one per batch.
     let gone = client_gone.cancelled();
@@ -222,6 +243,7 @@ async fn exec_loop(
     let mut sender_open = true;
     while sender_open || !executing.is_empty() {
         debug_assert_eq!(early.len(), executing.len());
+        let idle = executing.is_empty();
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(QueryError::Shutdown),
@@ -234,7 +256,8 @@ async fn exec_loop(
                 write_early(rx, writer, ctx);
                 writer.flush(ctx.cancel).await?;
             }
-            r = rx.recv(), if sender_open && executing.len() < max_in_flight => match r {
+            r = rx.recv_if(|w| idle || slots.ready_beside_others(w)),
+                if sender_open && executing.len() < slots.max => match r {
                 Ok(work) => {
                     let (tx, rx) = early_channel(&work);
                     executing.push_back(execute(ctx, work, tx));

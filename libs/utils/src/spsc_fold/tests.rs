@@ -334,3 +334,49 @@ async fn concurrent_stress_preserves_order_and_bound() {
     assert_eq!(received, N);
     assert!(batches <= N);
 }
+
+/// `recv_if` waits while the pending value is not ready, is woken by each
+/// fold, and takes it once ready.
+#[test]
+fn recv_if_takes_once_ready() {
+    let (mut tx, mut rx) = channel::<u64>();
+    let (rc, rw) = counting();
+    assert!(poll_with(pin!(tx.send(1, sum_up_to(10))), &rw).is_ready());
+    let mut recv = Box::pin(rx.recv_if(|v| *v >= 3));
+    assert!(poll_with(recv.as_mut(), &rw).is_pending());
+    assert!(poll_with(pin!(tx.send(1, sum_up_to(10))), &rw).is_ready());
+    assert_eq!(wakes(&rc), 1, "a fold wakes the waiting receiver");
+    assert!(poll_with(recv.as_mut(), &rw).is_pending());
+    assert!(poll_with(pin!(tx.send(1, sum_up_to(10))), &rw).is_ready());
+    assert_eq!(wakes(&rc), 2);
+    assert_eq!(poll_with(recv.as_mut(), &rw), Poll::Ready(Ok(3)));
+}
+
+/// A value that cannot grow is taken even if not ready: a fold was refused
+/// (the sender waits for the slot), or the sender is gone.
+#[test]
+fn recv_if_takes_what_cannot_grow() {
+    let (mut tx, mut rx) = channel::<u64>();
+    let (_, w) = counting();
+    assert!(poll_with(pin!(tx.send(4, sum_up_to(5))), &w).is_ready());
+    let mut refused = Box::pin(tx.send(4, sum_up_to(5)));
+    assert!(poll_with(refused.as_mut(), &w).is_pending());
+    assert_eq!(poll_with(pin!(rx.recv_if(|_| false)), &w), Poll::Ready(Ok(4)));
+    assert!(poll_with(refused.as_mut(), &w).is_ready());
+    drop(refused);
+    drop(tx);
+    assert_eq!(poll_with(pin!(rx.recv_if(|_| false)), &w), Poll::Ready(Ok(4)));
+    assert_eq!(poll_with(pin!(rx.recv_if(|_| false)), &w), Poll::Ready(Err(RecvError::SenderGone)));
+}
+
+/// With nothing pending, `recv_if` waits like `recv` and is woken by a send.
+#[test]
+fn recv_if_waits_for_a_value() {
+    let (mut tx, mut rx) = channel::<u64>();
+    let (rc, rw) = counting();
+    let mut recv = Box::pin(rx.recv_if(|v| *v >= 1));
+    assert!(poll_with(recv.as_mut(), &rw).is_pending());
+    assert!(poll_with(pin!(tx.send(2, sum_up_to(10))), &rw).is_ready());
+    assert_eq!(wakes(&rc), 1);
+    assert_eq!(poll_with(recv.as_mut(), &rw), Poll::Ready(Ok(2)));
+}
