@@ -387,16 +387,6 @@ fn check_page_service(
                 ),
             ));
         }
-        if p.max_batches_in_flight > p.max_batch_size {
-            return Err(key_err(
-                "page_service_pipelining",
-                format!(
-                    "max_batches_in_flight {} exceeds max_batch_size {}: every batch in flight \
-                     holds at least one page",
-                    p.max_batches_in_flight, p.max_batch_size
-                ),
-            ));
-        }
     }
     match (ps.auth_type, &ps.auth_validation_public_key_path) {
         (AuthType::Jwt, None) => {
