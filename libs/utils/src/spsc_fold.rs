@@ -16,7 +16,8 @@
 //! - [`Receiver::recv`] takes the whole pending value, waiting while there is
 //!   none. [`Receiver::recv_if`] takes it only once it is ready by the
 //!   caller's measure or can no longer grow (a fold was refused, or the
-//!   sender is gone); every successful fold wakes a receiver waiting so.
+//!   sender is gone); every fold, and every refusal, wakes a receiver
+//!   waiting so.
 //! - Dropping the sender: the receiver still gets the pending value (if any),
 //!   then [`RecvError::SenderGone`].
 //! - Dropping the receiver: the pending value is dropped, and every current or
@@ -188,6 +189,12 @@ impl<T> Sender<T> {
                     *refused = true;
                     *item = Some(value);
                     register(&mut st.tx_waker, cx);
+                    // A `recv_if` waiting for the value to grow takes it now.
+                    let waker = st.rx_waker.take();
+                    drop(st);
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
                     Poll::Pending
                 }
             },

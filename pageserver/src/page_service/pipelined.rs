@@ -32,9 +32,10 @@
 //! - So on a warm cache (every item done before the executor looks again)
 //!   batches hold up to `max_batch_size` GetPages whatever
 //!   `max_batches_in_flight` is; on a cold disk a client with 32 requests
-//!   outstanding has, with 4 in flight, its next requests read in batches
-//!   of at least 8 while earlier ones are still on the disk, so the disk
-//!   idles less between batches (docs/benchmarks.md, cold reads).
+//!   outstanding has, with the default of two in flight, its next requests
+//!   read in a batch of at least 16 while the first is still on the disk,
+//!   so the disk idles less between batches (docs/benchmarks.md, cold
+//!   reads).
 //! - Order: the channel is FIFO at the granularity of items, a batch keeps
 //!   its requests in arrival order, and the executor answers items in the
 //!   order it took them (`FuturesOrdered`): an item's responses are encoded

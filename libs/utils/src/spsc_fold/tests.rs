@@ -358,10 +358,15 @@ fn recv_if_takes_once_ready() {
 fn recv_if_takes_what_cannot_grow() {
     let (mut tx, mut rx) = channel::<u64>();
     let (_, w) = counting();
+    let (rc, rw) = counting();
     assert!(poll_with(pin!(tx.send(4, sum_up_to(5))), &w).is_ready());
+    let mut recv = Box::pin(rx.recv_if(|_| false));
+    assert!(poll_with(recv.as_mut(), &rw).is_pending());
     let mut refused = Box::pin(tx.send(4, sum_up_to(5)));
     assert!(poll_with(refused.as_mut(), &w).is_pending());
-    assert_eq!(poll_with(pin!(rx.recv_if(|_| false)), &w), Poll::Ready(Ok(4)));
+    assert_eq!(wakes(&rc), 1, "a refusal wakes the receiver waiting for growth");
+    assert_eq!(poll_with(recv.as_mut(), &rw), Poll::Ready(Ok(4)));
+    drop(recv);
     assert!(poll_with(refused.as_mut(), &w).is_ready());
     drop(refused);
     drop(tx);
