@@ -41,9 +41,6 @@ pub(super) enum Party {
 }
 
 /// The ring's eventfd registered with one runtime's reactor.
-/// Eventfd registrations kept while nobody waits on them (see `current_reg`).
-const KEPT_IDLE_REGS: usize = 8;
-
 struct Reg {
     rt: runtime::Id,
     fd: AsyncFd<OwnedFd>,
@@ -226,13 +223,11 @@ impl State {
         if self.regs.iter().any(|r| r.rt == rt) {
             return Some(rt);
         }
-        // Runtimes that live side by side (the daemon's, the page service's
-        // connection threads) keep their registrations; beyond
-        // `KEPT_IDLE_REGS` the ones nobody waits on are dropped, so runtimes
-        // that come and go (tests) do not pile up registrations.
-        if self.regs.len() >= KEPT_IDLE_REGS {
-            self.regs.retain(|r| r.waiting > 0);
-        }
+        // Registrations nobody waits on are dropped first, so runtimes that
+        // come and go (tests) do not pile up registrations, and an idle
+        // runtime's reactor (the daemon's, beside a page service connection
+        // thread) is not woken by every completion of another's.
+        self.regs.retain(|r| r.waiting > 0);
         let fd = register(eventfd)?;
         self.regs.push(Reg { rt, fd, poller: None, waiting: 0 });
         Some(rt)
