@@ -59,29 +59,25 @@ impl Drop for Placed {
 }
 
 impl ConnectionThreads {
-    /// Starts `count` threads named `page-service-<i>`.
+    /// Starts `count` threads named `page-service-<i>`. On an error the
+    /// threads already started stop (through `Drop`).
     pub fn start(count: NonZeroUsize) -> io::Result<ConnectionThreads> {
-        let stop = CancellationToken::new();
-        let mut threads = Vec::with_capacity(count.get());
+        let mut all = ConnectionThreads {
+            threads: Vec::with_capacity(count.get()),
+            stop: CancellationToken::new(),
+        };
         for i in 0..count.get() {
             let rt = Builder::new_current_thread().enable_all().build()?;
             let handle = rt.handle().clone();
-            let stopped = stop.clone();
+            let stopped = all.stop.clone();
             let join =
                 std::thread::Builder::new().name(format!("page-service-{i}")).spawn(move || {
                     rt.block_on(stopped.cancelled());
                     rt.shutdown_timeout(THREAD_STOP_WAIT);
-                });
-            let join = match join {
-                Ok(join) => join,
-                Err(e) => {
-                    stop.cancel();
-                    return Err(e);
-                }
-            };
-            threads.push(ConnectionThread { handle, connections: Arc::default(), join });
+                })?;
+            all.threads.push(ConnectionThread { handle, connections: Arc::default(), join });
         }
-        Ok(ConnectionThreads { threads, stop })
+        Ok(all)
     }
 
     /// Serves `socket` with `serve` on the least loaded thread, as a task of
