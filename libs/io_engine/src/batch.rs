@@ -5,7 +5,7 @@
 //! direct IO alignment) and gets the same result; results come back in the
 //! order of the requests. With the io-uring engine, the operations on its
 //! files are pushed together and submitted with one `io_uring_enter` per
-//! group of 8 (`uring/ring.rs`) and run concurrently: overlapping writes
+//! group of 2 (`uring/ring.rs`) and run concurrently: overlapping writes
 //! in one batch leave either one's bytes. By default reads the page cache
 //! serves are done inline first, and only the rest is submitted; buffered
 //! writes io-uring runs inline (`uring/inline.rs`) run one after another,

@@ -37,7 +37,7 @@
 //!
 //! Batches: [`IoEngine::read_exact_at_many`] and
 //! [`IoEngine::write_all_at_many`] (`batch.rs`) submit many operations with
-//! one `io_uring_enter` per group of 8, and [`IoEngine::read_exact_at_each`]
+//! one `io_uring_enter` per group of 2, and [`IoEngine::read_exact_at_each`]
 //! yields each read as it completes; std-fs and the simulated engine run them one after
 //! another, with the same results.
 //!

@@ -92,9 +92,12 @@ const _: () = assert!(BATCH_MAX_OPS <= MAX_IN_FLIGHT_OPS as usize / 2);
 /// Operations of a batch submitted per `io_uring_enter`. Inside the call
 /// the kernel prepares each direct-IO read (~4 µs here) and holds the
 /// prepared ones back (plugged) until the call ends, so one call for 32
-/// reads would start the device on the first ~130 µs late. In groups of 8
-/// it starts early (docs/benchmarks.md, cold reads: 1.12x at depth 32).
-const SUBMIT_GROUP_OPS: usize = 8;
+/// reads would start the device on the first ~130 µs late, and the device
+/// here serves reads that arrive a few at a time faster than a burst (fio,
+/// 32 in flight, all completions awaited: 0.93 of continuous fio submitting
+/// 2 per call, 0.72 submitting 32). Groups of 2 against 8: 1.08x cold
+/// reads at depth 32 (docs/benchmarks.md, cold reads).
+const SUBMIT_GROUP_OPS: usize = 2;
 /// The largest transfer of one SQE; longer ones are split.
 const MAX_OP_BYTES: usize = 1 << 30;
 /// `user_data` of cancellation SQEs (slot indices are below `MAX_IN_FLIGHT_OPS`).

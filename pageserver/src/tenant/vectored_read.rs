@@ -31,7 +31,7 @@
 //!
 //! Chunk reads run concurrently: those of layer files as one batch of the
 //! IO engine per wave (with io-uring, submitted together, one
-//! `io_uring_enter` per group of 8, and all in flight at once), those of
+//! `io_uring_enter` per group of 2, and all in flight at once), those of
 //! in-memory layers beside it. They are bounded three ways: at most
 //! `MAX_CHUNK_READS_PER_GET` per get (more chunks go in waves), and permits
 //! of the timeline's and the process's read semaphores

@@ -174,7 +174,7 @@ fn advance(
 /// yields each transfer's result with its index in `items` as soon as it
 /// is done. Reads first try their inline attempt (those done inline come
 /// first); what is left of a batch is pushed and submitted (`Ring::start`:
-/// one `io_uring_enter` per group of 8), and the batch is finished before the next is
+/// one `io_uring_enter` per group of 2), and the batch is finished before the next is
 /// pushed (so a batch never waits for slots its own finished operations
 /// hold). Short transfers go on one by one. Every item has `len > 0`.
 pub(crate) fn transfer_each<'a>(
