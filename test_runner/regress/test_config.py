@@ -22,7 +22,7 @@ def unstarted(pageserver_factory):
         ("checkpoint_distance=true", "checkpoint_distance"),
         ('checkpoint_timeout="-5 s"', "checkpoint_timeout"),
         ("max_get_vectored_keys=0", "max_get_vectored_keys"),
-        ("page_service_threads=0", "page_service_threads"),
+        ("page_service_threads=-1", "page_service_threads"),
         ('io_engine="carrier-pigeon"', "io_engine"),
         ('log_format="xml"', "log_format"),
         ('listen_pg_addr="not an address"', "listen_pg_addr"),

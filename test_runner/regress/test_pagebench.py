@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from fixtures.compare import import_backup
+from fixtures.compare import compare_all, import_backup
 from fixtures.pagebench import run_pagebench
 from fixtures.pageserver import pagebench_bin
 
@@ -117,3 +118,20 @@ def test_ctrl_c_prints_report(pageserver, imported):
     assert proc.returncode == 0, err
     t = json.loads(out)["total"]
     assert t["request_count"] > 0 and t["error_count"] == 0, t
+
+
+def test_served_without_connection_threads(pageserver, small_backup):
+    """`page_service_threads = 0`: connections are tasks of the daemon's own
+    runtime (no `page-service-<i>` threads), in both execution modes, and
+    every page is served unchanged."""
+    pageserver.stop()
+    pipelining = {"mode": "pipelined", "max_batch_size": 32, "execution": "tasks"}
+    pageserver.start(extra_overrides={"page_service_threads": 0, "page_service_pipelining": pipelining})
+    tl = import_backup(pageserver, small_backup)
+    compare_all(pageserver, tl, small_backup)
+    before = getpage_count(pageserver)
+    res = run_pagebench(pageserver, runtime="2s", queue_depth=8)
+    assert res.error_count == 0 and res.request_count > 100, res.total
+    assert getpage_count(pageserver) - before == res.request_count
+    names = [p.read_text().strip() for p in Path(f"/proc/{pageserver.proc.pid}/task").glob("*/comm")]
+    assert not [n for n in names if n.startswith("page-service-")], names

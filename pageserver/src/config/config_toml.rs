@@ -55,7 +55,7 @@ pub struct ConfigToml {
     pub authentication_timeout: Duration,
     /// Default: see `config/fd_budget.rs`.
     pub page_service_max_connections: Option<usize>,
-    /// Page service connection threads; default: one per CPU.
+    /// Page service connection threads; default: one per CPU; 0: none.
     pub page_service_threads: Option<usize>,
     /// Default: see `config/fd_budget.rs`.
     pub http_max_connections: Option<usize>,

@@ -24,7 +24,6 @@ pub mod remote;
 mod tests;
 
 use std::net::ToSocketAddrs;
-use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,8 +89,9 @@ pub struct PageServerConf {
     pub auth_validation_public_key_path: Option<PathBuf>,
     pub shutdown_timeout: Duration,
     pub authentication_timeout: Duration,
-    /// Page service connection threads (`page_service_threads`).
-    pub page_service_threads: NonZeroUsize,
+    /// Page service connection threads (`page_service_threads`; 0: none,
+    /// connections run on the daemon's runtime).
+    pub page_service_threads: usize,
     /// Descriptor limits: open layer files, page service and HTTP connections.
     pub fd_budget: FdBudget,
     pub http: HttpConf,
@@ -228,11 +228,8 @@ impl PageServerConf {
             page_service_max_connections,
             http_max_connections,
         )?;
-        let page_service_threads = match page_service_threads {
-            None => crate::page_service::default_threads(),
-            Some(n) => NonZeroUsize::new(n)
-                .ok_or_else(|| key_err("page_service_threads", "must be greater than 0"))?,
-        };
+        let page_service_threads =
+            page_service_threads.unwrap_or_else(|| crate::page_service::default_threads().get());
         let page_service = PageServiceConf {
             pipelining: page_service_pipelining.clone(),
             auth_type: pg_auth_type,

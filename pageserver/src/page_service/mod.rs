@@ -83,8 +83,9 @@ pub struct PageServiceConf {
     pub authentication_timeout: Duration,
     /// Connections served at once; one more is refused with SQLSTATE 53300.
     pub max_connections: usize,
-    /// Connection threads (`page_service_threads`; default: one per CPU).
-    pub threads: NonZeroUsize,
+    /// Connection threads (`page_service_threads`; default: one per CPU;
+    /// 0: connections are tasks of the daemon's runtime).
+    pub threads: usize,
 }
 
 /// One connection thread per CPU.
@@ -102,7 +103,7 @@ impl Default for PageServiceConf {
             auth_validation_public_key_path: None,
             authentication_timeout: Duration::from_secs(10),
             max_connections: 1000,
-            threads: default_threads(),
+            threads: default_threads().get(),
         }
     }
 }

@@ -9,6 +9,13 @@
 //! executor, socket and ring completions stay together: half the voluntary
 //! context switches per cold getpage (docs/benchmarks.md, cold reads).
 //!
+//! With `page_service_threads = 0` there are no threads: a connection is a
+//! task of the runtime that accepted it (the daemon's multi-thread one), as
+//! before the threads existed. A single client waiting on each page (queue
+//! depth 1, warm) is served ~3% faster there, for a third more CPU per
+//! getpage: a worker that wakes keeps looking for work for a moment before
+//! it parks, where a connection thread parks at once (docs/benchmarks.md).
+//!
 //! Contract:
 //! - a connection goes to the thread serving the fewest connections (ties:
 //!   the lowest index) and never moves; its counter drops when its task
@@ -23,7 +30,6 @@
 
 use std::future::Future;
 use std::io;
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,14 +65,14 @@ impl Drop for Placed {
 }
 
 impl ConnectionThreads {
-    /// Starts `count` threads named `page-service-<i>`. On an error the
-    /// threads already started stop (through `Drop`).
-    pub fn start(count: NonZeroUsize) -> io::Result<ConnectionThreads> {
+    /// Starts `count` threads named `page-service-<i>` (none for 0). On an
+    /// error the threads already started stop (through `Drop`).
+    pub fn start(count: usize) -> io::Result<ConnectionThreads> {
         let mut all = ConnectionThreads {
-            threads: Vec::with_capacity(count.get()),
+            threads: Vec::with_capacity(count),
             stop: CancellationToken::new(),
         };
-        for i in 0..count.get() {
+        for i in 0..count {
             let rt = Builder::new_current_thread().enable_all().build()?;
             let handle = rt.handle().clone();
             let stopped = all.stop.clone();
@@ -82,17 +88,19 @@ impl ConnectionThreads {
 
     /// Serves `socket` with `serve` on the least loaded thread, as a task of
     /// `tracker`. The socket moves from the caller's reactor to that
-    /// thread's; if that fails the connection is closed (logged).
+    /// thread's; if that fails the connection is closed (logged). Without
+    /// threads, the task runs on the caller's runtime.
     pub fn spawn<F, Fut>(&self, tracker: &TaskTracker, socket: TcpStream, serve: F)
     where
         F: FnOnce(TcpStream) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let thread = self
-            .threads
-            .iter()
-            .min_by_key(|t| t.connections.load(Ordering::Relaxed))
-            .expect("at least one thread");
+        let least_loaded =
+            self.threads.iter().min_by_key(|t| t.connections.load(Ordering::Relaxed));
+        let Some(thread) = least_loaded else {
+            tracker.spawn(serve(socket));
+            return;
+        };
         let socket = match socket.into_std() {
             Ok(socket) => socket,
             Err(e) => {
@@ -171,7 +179,7 @@ mod tests {
     /// task ends.
     #[tokio::test]
     async fn connections_are_spread_and_served_on_their_threads() {
-        let threads = ConnectionThreads::start(NonZeroUsize::new(2).unwrap()).unwrap();
+        let threads = ConnectionThreads::start(2).unwrap();
         let tracker = TaskTracker::new();
         let (mut clients, servers) = accept(4).await;
         let release = CancellationToken::new();
@@ -206,7 +214,7 @@ mod tests {
     /// and joins the threads.
     #[tokio::test]
     async fn shut_down_drops_connections_still_running() {
-        let threads = ConnectionThreads::start(NonZeroUsize::MIN).unwrap();
+        let threads = ConnectionThreads::start(1).unwrap();
         let tracker = TaskTracker::new();
         let (_clients, servers) = accept(1).await;
         let count = Arc::clone(&threads.threads[0].connections);
@@ -218,5 +226,30 @@ mod tests {
         assert_eq!(count.load(Ordering::Relaxed), 0);
         tracker.close();
         tracker.wait().await;
+    }
+
+    /// Without threads a connection is a task of the caller's runtime.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn without_threads_connections_run_on_the_callers_runtime() {
+        let threads = ConnectionThreads::start(0).unwrap();
+        let tracker = TaskTracker::new();
+        let (mut clients, servers) = accept(1).await;
+        let caller = Handle::current().id();
+        threads.spawn(
+            &tracker,
+            servers.into_iter().next().unwrap(),
+            move |mut socket| async move {
+                assert_eq!(Handle::current().id(), caller, "served on the caller's runtime");
+                let mut byte = [0u8; 1];
+                socket.read_exact(&mut byte).await.unwrap();
+                socket.write_all(b"served").await.unwrap();
+            },
+        );
+        let mut reply = String::new();
+        clients[0].read_to_string(&mut reply).await.unwrap();
+        assert_eq!(reply, "served");
+        tracker.close();
+        tracker.wait().await;
+        threads.shut_down().await;
     }
 }
