@@ -94,7 +94,7 @@ const _: () = assert!(BATCH_MAX_OPS <= MAX_IN_FLIGHT_OPS as usize / 2);
 /// prepared ones back (plugged) until the call ends, so one call for 32
 /// reads would start the device on the first ~130 µs late, and the device
 /// here serves reads that arrive a few at a time faster than a burst (fio,
-/// 32 in flight, all completions awaited: 0.93 of continuous fio submitting
+/// 32 in flight, all completions awaited: 0.94 of continuous fio submitting
 /// 2 per call, 0.72 submitting 32). Groups of 2 against 8: 1.08x cold
 /// reads at depth 32 (docs/benchmarks.md, cold reads).
 const SUBMIT_GROUP_OPS: usize = 2;
