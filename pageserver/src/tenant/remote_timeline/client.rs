@@ -2,7 +2,7 @@
 //! uploaded (the remote layer set), downloads of layers on demand, and the
 //! upload queue (`upload.rs`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,7 @@ use super::upload::DueDeletion;
 use super::{layer_key, Generation};
 use crate::metrics::remote as metrics;
 use crate::remote_storage::{RemoteError, RemoteStorage};
-use crate::tenant::metadata::TimelineMetadata;
+use crate::tenant::metadata::{LayerEntry, TimelineMetadata};
 use crate::tenant::storage_layer::LayerName;
 use crate::tenant::timeline::wal_source::WalSource;
 
@@ -31,6 +31,20 @@ pub struct UploadTarget {
     pub seq: u64,
     pub md: TimelineMetadata,
     pub wal_source: Option<WalSource>,
+    /// Position in `md.layers` by layer name.
+    by_name: HashMap<String, usize>,
+}
+
+impl UploadTarget {
+    fn new(seq: u64, md: TimelineMetadata, wal_source: Option<WalSource>) -> UploadTarget {
+        let by_name = md.layers.iter().enumerate().map(|(i, l)| (l.name.clone(), i)).collect();
+        UploadTarget { seq, md, wal_source, by_name }
+    }
+
+    /// The target's entry for the layer `name`.
+    pub fn layer(&self, name: &str) -> Option<&LayerEntry> {
+        self.by_name.get(name).map(|&i| &self.md.layers[i])
+    }
 }
 
 /// Attempts of one layer download (a corrupt or failed transfer is tried
@@ -47,7 +61,8 @@ pub struct RemoteTimelineClient {
     dir: PathBuf,
     /// Layers in remote storage this client knows of: those of the newest
     /// uploaded index plus those uploaded since (by name). Only grows by
-    /// uploads and shrinks by deletions this client makes.
+    /// uploads and shrinks by deletions this client makes. Lock order:
+    /// this lock, then (briefly) a borrow of `target`, never the reverse.
     pub(super) uploaded: Mutex<BTreeMap<String, IndexLayer>>,
     /// The last index uploaded (or downloaded at attach), if any.
     pub(super) last_index: Mutex<Option<Arc<IndexPart>>>,
@@ -57,8 +72,10 @@ pub struct RemoteTimelineClient {
     pub(super) uploaded_seq: AtomicU64,
     /// Objects to delete once due (`upload.rs`, step 3).
     pub(super) deletions: Mutex<Vec<DueDeletion>>,
-    /// Bytes of the target's layers not uploaded yet (backpressure).
+    /// Bytes of the layers of target `pending_seq` not uploaded yet
+    /// (backpressure). Both change only under the `uploaded` lock.
     pub(super) pending_bytes: AtomicU64,
+    pub(super) pending_seq: AtomicU64,
     pub(super) queue_space: Notify,
     /// `disk_consistent_lsn` of the last index uploaded (or found at load).
     pub(super) remote_consistent: watch::Sender<Option<Lsn>>,
@@ -92,6 +109,7 @@ impl RemoteTimelineClient {
             uploaded_seq: AtomicU64::new(0),
             deletions: Mutex::new(Vec::new()),
             pending_bytes: AtomicU64::new(0),
+            pending_seq: AtomicU64::new(0),
             queue_space: Notify::new(),
             remote_consistent: watch::Sender::new(remote_consistent),
         }
@@ -109,11 +127,16 @@ impl RemoteTimelineClient {
         self.target.subscribe()
     }
 
+    /// The newest target (the borrow ends before this returns).
+    pub(super) fn current_target(&self) -> Option<Arc<UploadTarget>> {
+        self.target.borrow().clone()
+    }
+
     /// Make remote storage match `md` (just written as the local manifest)
     /// and `wal_source`: replaces any target not yet uploaded.
     pub fn schedule_index_upload(&self, md: TimelineMetadata, wal_source: Option<WalSource>) {
         let seq = self.next_seq.fetch_add(1, Ordering::AcqRel);
-        self.target.send_replace(Some(Arc::new(UploadTarget { seq, md, wal_source })));
+        self.target.send_replace(Some(Arc::new(UploadTarget::new(seq, md, wal_source))));
         self.update_pending();
     }
 

@@ -39,6 +39,7 @@ use super::client::{RemoteTimelineClient, UploadTarget};
 use super::index_part::{IndexLayer, IndexPart};
 use super::{index_key, newest_generation, Generation};
 use crate::metrics::remote as metrics;
+use crate::tenant::metadata::LayerEntry;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -94,12 +95,7 @@ impl RemoteTimelineClient {
     ) -> anyhow::Result<()> {
         let missing: Vec<(String, u64)> = {
             let uploaded = self.uploaded.lock().unwrap();
-            let missing = target
-                .md
-                .layers
-                .iter()
-                .filter(|l| uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes));
-            missing.map(|l| (l.name.clone(), l.size_bytes)).collect()
+            missing(target, &uploaded).map(|l| (l.name.clone(), l.size_bytes)).collect()
         };
         let concurrency = self.storage().conf().concurrency;
         let uploads = futures::stream::iter(missing.into_iter().map(|(name, size)| async move {
@@ -145,16 +141,44 @@ impl RemoteTimelineClient {
             got.size_bytes
         );
         metrics::record_upload("layer", size, started.elapsed());
-        let level = target.md.layers.iter().find(|l| l.name == name).expect("listed").level;
+        let level = target.layer(name).expect("listed").level;
         let layer = IndexLayer {
             level: level.into(),
             file_size: size,
             crc32c: got.crc32c,
             generation: self.generation,
         };
-        self.uploaded.lock().unwrap().insert(name.to_string(), layer);
-        self.update_pending();
+        self.record_uploaded(name, layer);
         Ok(())
+    }
+
+    /// Record `name` as uploaded and take its bytes off `pending_bytes` if
+    /// they are counted there: O(1), where a recount per upload made the
+    /// layers of one target cost O(layers²). If the newest target is not
+    /// the one counted, its recount (`update_pending`, right after it was
+    /// scheduled) is still to come and will see this upload.
+    fn record_uploaded(&self, name: &str, layer: IndexLayer) {
+        let mut uploaded = self.uploaded.lock().unwrap();
+        let size = layer.file_size;
+        let was_missing =
+            uploaded.insert(name.to_string(), layer).is_none_or(|r| r.file_size != size);
+        let target = self.current_target();
+        let current =
+            target.as_ref().map_or(0, |t| t.seq) == self.pending_seq.load(Ordering::Acquire);
+        let listed = target.as_ref().and_then(|t| t.layer(name));
+        if was_missing && current && listed.is_some_and(|l| l.size_bytes == size) {
+            let before = self.pending_bytes.fetch_sub(size, Ordering::AcqRel);
+            assert!(before >= size, "{before} pending bytes, {size} uploaded");
+            metrics::UPLOAD_QUEUE_BYTES.sub(size as i64);
+        }
+        debug_assert!(
+            !current
+                || self.pending_bytes.load(Ordering::Acquire)
+                    == missing_bytes(target.as_deref(), &uploaded),
+            "pending bytes drifted from a recount"
+        );
+        drop(uploaded);
+        self.queue_space.notify_waiters();
     }
 
     /// Step 2, then step 3's queueing.
@@ -234,21 +258,17 @@ impl RemoteTimelineClient {
         Ok(())
     }
 
-    /// Recompute the target's bytes not yet uploaded, and wake waiters.
+    /// Recount the newest target's bytes not yet uploaded, and wake
+    /// waiters. Under the `uploaded` lock, so an upload recorded meanwhile
+    /// is counted exactly once (`record_uploaded`).
     pub(super) fn update_pending(&self) {
-        let pending = match self.target_rx().borrow().as_ref() {
-            None => 0,
-            Some(t) => {
-                let uploaded = self.uploaded.lock().unwrap();
-                let missing =
-                    t.md.layers.iter().filter(|l| {
-                        uploaded.get(&l.name).is_none_or(|r| r.file_size != l.size_bytes)
-                    });
-                missing.map(|l| l.size_bytes).sum()
-            }
-        };
+        let uploaded = self.uploaded.lock().unwrap();
+        let target = self.current_target();
+        let pending = missing_bytes(target.as_deref(), &uploaded);
+        self.pending_seq.store(target.map_or(0, |t| t.seq), Ordering::Release);
         let before = self.pending_bytes.swap(pending, Ordering::AcqRel);
         metrics::UPLOAD_QUEUE_BYTES.add(pending as i64 - before as i64);
+        drop(uploaded);
         self.queue_space.notify_waiters();
     }
 
@@ -261,4 +281,18 @@ impl RemoteTimelineClient {
     pub fn remote_consistent_lsn(&self) -> Option<Lsn> {
         *self.remote_consistent.borrow()
     }
+}
+
+/// The layers of `target` that `uploaded` lacks (or holds at another size).
+fn missing<'a>(
+    target: &'a UploadTarget,
+    uploaded: &'a BTreeMap<String, IndexLayer>,
+) -> impl Iterator<Item = &'a LayerEntry> {
+    let has = |l: &&LayerEntry| uploaded.get(&l.name).is_some_and(|r| r.file_size == l.size_bytes);
+    target.md.layers.iter().filter(move |l| !has(l))
+}
+
+/// Bytes of the layers of `target` that `uploaded` lacks.
+fn missing_bytes(target: Option<&UploadTarget>, uploaded: &BTreeMap<String, IndexLayer>) -> u64 {
+    target.map_or(0, |t| missing(t, uploaded).map(|l| l.size_bytes).sum())
 }
