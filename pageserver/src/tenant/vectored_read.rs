@@ -25,7 +25,8 @@
 //! A query below the snapshot's GC cutoff is refused: its history may be
 //! gone. Per layer, each needed value becomes a
 //! range aligned to the layer's read alignment (512 bytes through the page
-//! cache, 4 KiB under direct IO); ranges are sorted and merged when they
+//! cache; under direct IO what the kernel reports for the file, 512 bytes
+//! or 4 KiB); ranges are sorted and merged when they
 //! overlap or touch, up to `MAX_CHUNK` bytes, so a chunk shared by several
 //! values (or by the same key at several LSNs) is read exactly once.
 //!

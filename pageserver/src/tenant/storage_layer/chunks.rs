@@ -2,14 +2,16 @@
 //! (`vectored_read.rs`) and the layer files' raw value reads.
 //!
 //! Each range becomes a range aligned to the reader's alignment (512 bytes
-//! through the page cache, 4 KiB under direct IO); ranges are sorted and
-//! merged when they overlap or touch, up to `MAX_CHUNK` bytes, so a chunk
-//! shared by several values is read exactly once. A single value larger
+//! through the page cache; under direct IO the file's
+//! `io_engine::File::direct_io_align`, 512 bytes or 4 KiB); ranges are
+//! sorted and merged when they overlap or touch, up to `MAX_CHUNK` bytes,
+//! so a chunk shared by several values is read exactly once. A single value larger
 //! than `MAX_CHUNK` is one chunk of its own size.
 
 use std::ops::Range;
 
-/// The finest read alignment (buffered reads); direct IO uses 4 KiB.
+/// The finest read alignment (buffered reads; direct IO on a disk with
+/// 512-byte logical blocks); direct IO uses at most 4 KiB.
 pub const CHUNK_ALIGN: u64 = 512;
 /// Adjacent ranges merge into chunks of at most this many bytes.
 pub const MAX_CHUNK: u64 = 128 * 1024;
