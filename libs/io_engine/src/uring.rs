@@ -53,8 +53,13 @@
 //!    never freed.
 //!
 //! A future that was polled and is then kept without being polled again
-//! can hold the poller role and delay other futures' completions (the same
-//! holds for any future holding a lock). Polled outside a tokio runtime
+//! can hold the poller role: once its registration has fired, no further
+//! completion wakes anyone on that runtime until some waiting future is
+//! polled for another reason, so other futures' completions can be delayed
+//! indefinitely (the same holds for any future holding a lock). Code that
+//! awaits several operations at once polls all of them on every wake-up
+//! (`join!`, `FuturesUnordered`), never polls one once and then awaits
+//! another (a read path built that way stalled in testing). Polled outside a tokio runtime
 //! with IO enabled, a waiting future blocks its thread in
 //! `io_uring_enter` (in 1 ms rounds) instead of using the reactor.
 //!

@@ -28,17 +28,26 @@
 //! cache; under direct IO what the kernel reports for the file, 512 bytes
 //! or 4 KiB); ranges are sorted and merged when they
 //! overlap or touch, up to `MAX_CHUNK` bytes, so a chunk shared by several
-//! values (or by the same key at several LSNs) is read exactly once.
+//! values (or by the same key at several LSNs) is read exactly once (per
+//! part: see below).
+//!
+//! With the io-uring engine, a get's first `HEAD_QUERIES` unique queries
+//! (the head) are planned and their chunk reads started before the others
+//! (the tail) are planned; then both parts' reads run together. So a
+//! batch's first reads are on the disk while its other pages are still
+//! looked up. (With std-fs a read runs on the polling thread: one part.)
 //!
 //! Chunk reads run concurrently: those of layer files as one batch of the
 //! IO engine per wave (with io-uring, submitted together, one
 //! `io_uring_enter` per group of 2, and all in flight at once), those of
 //! in-memory layers beside it. They are bounded three ways: at most
-//! `MAX_CHUNK_READS_PER_GET` per get (more chunks go in waves), and permits
+//! `MAX_CHUNK_READS_PER_GET` per get, head and tail together (more chunks
+//! go in waves), and permits
 //! of the timeline's and the process's read semaphores
-//! ([`ReadLimits`]), taken once per get for as many reads as it runs at a
-//! time. Permits are taken timeline first, then process: one order, so
-//! gets cannot deadlock on them.
+//! ([`ReadLimits`]), taken once per part for as many reads as it runs at
+//! a time. Permits are taken timeline first, then process, and a get that
+//! waits for its tail's permits holds only its head's, whose reads need
+//! nothing more and end: gets cannot deadlock on them.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -47,7 +56,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::stream::{self, FuturesUnordered, Stream};
 use futures::{FutureExt, StreamExt};
-use io_engine::{AlignedBuf, IoEngine, ReadAt};
+use io_engine::{AlignedBuf, IoEngine, IoEngineKind, ReadAt};
 use pageserver_api::key::Key;
 use smallvec::SmallVec;
 use utils::lsn::Lsn;
@@ -79,6 +88,27 @@ pub struct ReadLimits<'a> {
     pub process: &'a tokio::sync::Semaphore,
 }
 
+impl<'a> ReadLimits<'a> {
+    /// Permits for `reads` chunk reads, at most as many as a get runs at a time:
+    /// the timeline's first, then the process's (one order, so gets cannot
+    /// deadlock on them).
+    async fn acquire(self, reads: usize) -> Permits<'a> {
+        let count = reads.min(MAX_CHUNK_READS_PER_GET);
+        // Semaphores are never closed: acquire cannot fail.
+        let timeline = self.timeline.acquire_many(count as u32).await.expect("never closed");
+        let process = self.process.acquire_many(count as u32).await.expect("never closed");
+        Permits { count, _timeline: timeline, _process: process }
+    }
+}
+
+/// Permits of both read semaphores for `count` reads at a time, given back
+/// when dropped.
+struct Permits<'a> {
+    count: usize,
+    _timeline: tokio::sync::SemaphorePermit<'a>,
+    _process: tokio::sync::SemaphorePermit<'a>,
+}
+
 /// The process-wide read semaphore (`PROCESS_CHUNK_READS` permits).
 pub fn process_read_slots() -> &'static tokio::sync::Semaphore {
     static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(PROCESS_CHUNK_READS);
@@ -103,6 +133,16 @@ pub struct ReadStats {
     pub values: usize,
     pub chunks: usize,
     pub bytes: u64,
+}
+
+impl ReadStats {
+    fn plus(self, other: ReadStats) -> ReadStats {
+        ReadStats {
+            values: self.values + other.values,
+            chunks: self.chunks + other.chunks,
+            bytes: self.bytes + other.bytes,
+        }
+    }
 }
 
 /// A layer a plan reads: in memory, or an open layer file (held, so an
@@ -183,81 +223,168 @@ pub async fn read_each(
             }
         }
     }
-    let mut answer = |u: usize, r: Result<Bytes, PageReconstructError>| {
-        let (&last, others) = askers[u].split_last().expect("every query has an asker");
+    let answers = Answers { askers, ready: std::sync::Mutex::new(ready) };
+
+    // The head: planned, and its reads started, before the tail is planned
+    // (`join!` polls the head first). Both parts are polled on every wake:
+    // the io-uring engine has one waiting operation's future reap for all
+    // (libs/io_engine/src/uring.rs), so none may be left unpolled while
+    // the get waits on another.
+    // With std-fs a read runs on the polling thread, so the head would be
+    // read before the tail is planned anyway: no split.
+    let head_len = match engine.kind() {
+        IoEngineKind::IoUring => HEAD_QUERIES,
+        IoEngineKind::StdFs => uniq.len(),
+    };
+    let tail = uniq.split_off(uniq.len().min(head_len));
+    let head = Part::plan(snapshot, uniq, 0, &answers).await;
+    let head_permits = limits.acquire(head.chunks.len()).await;
+    if tail.is_empty() {
+        head.read(engine, head_permits, &answers).await;
+        return head.stats;
+    }
+    let room = MAX_CHUNK_READS_PER_GET.saturating_sub(head.chunks.len());
+    let tail_beside = async {
+        let tail = Part::plan(snapshot, tail, head_len, &answers).await;
+        // Both parts together stay within `MAX_CHUNK_READS_PER_GET`; a head
+        // that used them all leaves the tail for after it.
+        if room == 0 && !tail.chunks.is_empty() {
+            return (tail, false);
+        }
+        let permits = limits.acquire(tail.chunks.len().min(room)).await;
+        tail.read(engine, permits, &answers).await;
+        (tail, true)
+    };
+    let ((), (tail, read)) = futures::join!(head.read(engine, head_permits, &answers), tail_beside);
+    if !read {
+        tail.read(engine, limits.acquire(tail.chunks.len()).await, &answers).await;
+    }
+    head.stats.plus(tail.stats)
+}
+
+/// Unique queries of a get planned and read first, before the others are
+/// planned, so their reads are on the disk while the rest are planned
+/// (docs/benchmarks.md, cold reads: a round of 32 cold pages spends ~75 µs
+/// planning before its first read otherwise). A chunk that a head query
+/// and a later one both need is read by each.
+pub const HEAD_QUERIES: usize = 4;
+
+/// Hands a unique query's result to every query that asked for it. The
+/// head and the tail of a get answer through it while both read, in the
+/// get's task; the lock (never contended) makes that shareable in a
+/// `Send` future.
+struct Answers<'r, 'f> {
+    askers: Vec<SmallVec<[usize; 1]>>,
+    ready: std::sync::Mutex<&'r mut Ready<'f, Result<Bytes, PageReconstructError>>>,
+}
+
+impl Answers<'_, '_> {
+    fn give(&self, u: usize, r: Result<Bytes, PageReconstructError>) {
+        let mut ready = self.ready.lock().expect("no answer panicked");
+        let (&last, others) = self.askers[u].split_last().expect("every query has an asker");
         for &qi in others {
-            ready(qi, r.clone());
+            (*ready)(qi, r.clone());
         }
-        ready(last, r);
-    };
-
-    let layers = plan_all(snapshot, &mut uniq).await;
-    for (u, q) in uniq.iter_mut().enumerate() {
-        if let Some(e) = refusal(q) {
-            answer(u, Err(e));
-        }
+        (*ready)(last, r);
     }
+}
 
-    // Coalesce per layer, then issue all chunk reads together.
-    let mut stats = ReadStats::default();
-    let mut per_layer: Vec<Vec<(u64, u64)>> = vec![Vec::new(); layers.len()];
-    for q in uniq.iter().filter(|q| q.complete) {
-        for &(li, _, b) in &q.plan {
-            per_layer[li].push((b.offset(), b.end()));
-            stats.values += 1;
-        }
-    }
-    let mut chunks: Vec<(usize, Range<u64>)> = Vec::new();
-    for (li, ranges) in per_layer.iter().enumerate() {
-        if ranges.is_empty() {
-            continue;
-        }
-        let (limit, align) = match &layers[li] {
-            PlannedLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
-            PlannedLayer::File(l) => (u64::MAX, l.read_align()),
-        };
-        chunks.extend(coalesce(ranges, limit, align).into_iter().map(|r| (li, r)));
-    }
-    stats.chunks = chunks.len();
-    stats.bytes = chunks.iter().map(|(_, r)| r.end - r.start).sum();
+/// Some of a get's unique queries, planned: the layers their plans read,
+/// and the coalesced chunk reads, per layer in offset order.
+struct Part {
+    uniq: Vec<Query>,
+    /// The index of `uniq[0]` among the get's unique queries.
+    first: usize,
+    layers: Vec<PlannedLayer>,
+    chunks: Vec<(usize, Range<u64>)>,
+    stats: ReadStats,
+}
 
-    // Which queries wait for which chunk; a query is reconstructed when the
-    // last chunk it needs arrives.
-    let chunk_of = |li: usize, b: BlobRef| {
-        chunks.partition_point(|(cl, r)| (*cl, r.start) <= (li, b.offset())) - 1
-    };
-    let mut waiting: Vec<SmallVec<[usize; 2]>> = vec![SmallVec::new(); chunks.len()];
-    let mut missing = vec![0usize; uniq.len()];
-    for (u, q) in uniq.iter().enumerate().filter(|(_, q)| q.complete) {
-        for &(li, _, b) in &q.plan {
-            let ci = chunk_of(li, b);
-            if waiting[ci].last() != Some(&u) {
-                waiting[ci].push(u);
-                missing[u] += 1;
+impl Part {
+    /// Plan `uniq`, answer the queries refused at planning, and coalesce
+    /// the values the others need per layer.
+    async fn plan(
+        snapshot: &ReadSnapshot,
+        mut uniq: Vec<Query>,
+        first: usize,
+        answers: &Answers<'_, '_>,
+    ) -> Part {
+        let layers = plan_all(snapshot, &mut uniq).await;
+        for (u, q) in uniq.iter_mut().enumerate() {
+            if let Some(e) = refusal(q) {
+                answers.give(first + u, Err(e));
             }
         }
-    }
-    let reads = chunks.iter().map(|(li, r)| {
-        let len = (r.end - r.start) as usize;
-        match &layers[*li] {
-            PlannedLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
-            PlannedLayer::File(l) => ChunkRead::File(l.chunk_read(r.start, len)),
-        }
-    });
-    let mut bufs: Vec<Option<ChunkResult>> = vec![None; chunks.len()];
-    read_bounded(engine, reads.collect(), limits, &mut |ci, buf| {
-        bufs[ci] = Some(buf);
-        for &u in &waiting[ci] {
-            missing[u] -= 1;
-            if missing[u] == 0 {
-                let r = reconstruct_query(&uniq[u], &layers, &chunks, &bufs, chunk_of);
-                answer(u, r);
+        let mut stats = ReadStats::default();
+        let mut per_layer: Vec<Vec<(u64, u64)>> = vec![Vec::new(); layers.len()];
+        for q in uniq.iter().filter(|q| q.complete) {
+            for &(li, _, b) in &q.plan {
+                per_layer[li].push((b.offset(), b.end()));
+                stats.values += 1;
             }
         }
-    })
-    .await;
-    debug_assert!(missing.iter().all(|&m| m == 0), "every chunk was read");
-    stats
+        let mut chunks: Vec<(usize, Range<u64>)> = Vec::new();
+        for (li, ranges) in per_layer.iter().enumerate() {
+            if ranges.is_empty() {
+                continue;
+            }
+            let (limit, align) = match &layers[li] {
+                PlannedLayer::InMemory(l) => (l.size(), CHUNK_ALIGN),
+                PlannedLayer::File(l) => (u64::MAX, l.read_align()),
+            };
+            chunks.extend(coalesce(ranges, limit, align).into_iter().map(|r| (li, r)));
+        }
+        stats.chunks = chunks.len();
+        stats.bytes = chunks.iter().map(|(_, r)| r.end - r.start).sum();
+        Part { uniq, first, layers, chunks, stats }
+    }
+
+    /// The chunk holding value `b` of layer `li`.
+    fn chunk_of(&self, li: usize, b: BlobRef) -> usize {
+        self.chunks.partition_point(|(cl, r)| (*cl, r.start) <= (li, b.offset())) - 1
+    }
+
+    /// Read the chunks (holding `permits` for them) and answer each
+    /// complete query as soon as the last chunk it needs is read.
+    async fn read(&self, engine: &IoEngine, permits: Permits<'_>, answers: &Answers<'_, '_>) {
+        let mut waiting: Vec<SmallVec<[usize; 2]>> = vec![SmallVec::new(); self.chunks.len()];
+        let mut missing = vec![0usize; self.uniq.len()];
+        for (u, q) in self.uniq.iter().enumerate().filter(|(_, q)| q.complete) {
+            for &(li, _, b) in &q.plan {
+                let ci = self.chunk_of(li, b);
+                if waiting[ci].last() != Some(&u) {
+                    waiting[ci].push(u);
+                    missing[u] += 1;
+                }
+            }
+        }
+        let reads = self.chunks.iter().map(|(li, r)| {
+            let len = (r.end - r.start) as usize;
+            match &self.layers[*li] {
+                PlannedLayer::InMemory(l) => ChunkRead::Other(l.read_chunk(r.start, len)),
+                PlannedLayer::File(l) => ChunkRead::File(l.chunk_read(r.start, len)),
+            }
+        });
+        let mut bufs: Vec<Option<ChunkResult>> = vec![None; self.chunks.len()];
+        read_bounded(engine, reads.collect(), permits, &mut |ci, buf| {
+            bufs[ci] = Some(buf);
+            for &u in &waiting[ci] {
+                missing[u] -= 1;
+                if missing[u] == 0 {
+                    let r = reconstruct_query(
+                        &self.uniq[u],
+                        &self.layers,
+                        &self.chunks,
+                        &bufs,
+                        |li, b| self.chunk_of(li, b),
+                    );
+                    answers.give(self.first + u, r);
+                }
+            }
+        })
+        .await;
+        debug_assert!(missing.iter().all(|&m| m == 0), "every chunk was read");
+    }
 }
 
 /// A chunk read's bytes, or its error (shared by the queries that need it).
@@ -462,14 +589,14 @@ impl Drop for LayersVisited {
     }
 }
 
-/// Run `reads`, in waves of as many as the limits allow, handing each
+/// Run `reads`, in waves of as many as `permits` are for, handing each
 /// result to `done` (with its index in `reads`) as soon as it is read.
 /// Chunks become shared `Bytes` so page images are slices of them (no
 /// copy).
 async fn read_bounded<F>(
     engine: &IoEngine,
     reads: Vec<ChunkRead<'_, F>>,
-    limits: ReadLimits<'_>,
+    permits: Permits<'_>,
     done: &mut Ready<'_, ChunkResult>,
 ) where
     F: std::future::Future<Output = std::io::Result<AlignedBuf>> + Send,
@@ -477,10 +604,8 @@ async fn read_bounded<F>(
     if reads.is_empty() {
         return;
     }
-    let at_once = reads.len().min(MAX_CHUNK_READS_PER_GET);
-    // Semaphores are never closed: acquire cannot fail.
-    let _timeline = limits.timeline.acquire_many(at_once as u32).await.expect("never closed");
-    let _process = limits.process.acquire_many(at_once as u32).await.expect("never closed");
+    let at_once = permits.count;
+    assert!((1..=MAX_CHUNK_READS_PER_GET).contains(&at_once), "{at_once} permits for reads");
     let mut reads = reads.into_iter().peekable();
     let mut first = 0;
     while reads.peek().is_some() {
@@ -532,7 +657,8 @@ mod tests {
         F: std::future::Future<Output = std::io::Result<AlignedBuf>> + Send,
     {
         let mut out: Vec<Option<ChunkResult>> = vec![None; reads.len()];
-        read_bounded(engine, reads, limits, &mut |i, r| {
+        let permits = limits.acquire(reads.len()).await;
+        read_bounded(engine, reads, permits, &mut |i, r| {
             assert!(out[i].replace(r).is_none(), "chunk {i} read twice");
         })
         .await;
@@ -589,7 +715,7 @@ mod tests {
                 tx.send(()).unwrap();
             }
         };
-        let read = read_bounded(&engine, reads, limits, &mut done);
+        let read = read_bounded(&engine, reads, limits.acquire(2).await, &mut done);
         tokio::time::timeout(std::time::Duration::from_secs(10), read)
             .await
             .expect("the second result is handed on before the first completes");

@@ -1,10 +1,11 @@
 //! Layer file tests on real files through the IO engine the test run
 //! selects (`PAGESERVER_IO_ENGINE`, `PAGESERVER_DIRECT_IO`): round trips,
 //! `collect` against a brute-force oracle, compatibility (`compat.rs`),
-//! faults (`faults.rs`).
+//! faults (`faults.rs`), the read path's head and tail (`parts.rs`).
 
 mod compat;
 mod faults;
+mod parts;
 
 use std::collections::BTreeMap;
 use std::path::Path;
