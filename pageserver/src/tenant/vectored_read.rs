@@ -35,7 +35,9 @@
 //! (the head) are planned and their chunk reads started before the others
 //! (the tail) are planned; then both parts' reads run together. So a
 //! batch's first reads are on the disk while its other pages are still
-//! looked up. (With std-fs a read runs on the polling thread: one part.)
+//! looked up. Only when the head plans from memory: else all its queries'
+//! index reads would wait for the head's. (With std-fs a read runs on the
+//! polling thread: one part.)
 //!
 //! Chunk reads run concurrently: those of layer files as one batch of the
 //! IO engine per wave (with io-uring, submitted together, one
@@ -229,23 +231,28 @@ pub async fn read_each(
     // (`join!` polls the head first). Both parts are polled on every wake:
     // the io-uring engine has one waiting operation's future reap for all
     // (libs/io_engine/src/uring.rs), so none may be left unpolled while
-    // the get waits on another.
-    // With std-fs a read runs on the polling thread, so the head would be
-    // read before the tail is planned anyway: no split.
+    // the get waits on another. One part instead: with std-fs (a read runs
+    // on the polling thread, so the head would be read before the tail is
+    // planned anyway), and when the head cannot be planned from memory (its
+    // index block reads then go with the others', all in flight together).
     let head_len = match engine.kind() {
-        IoEngineKind::IoUring => HEAD_QUERIES,
+        IoEngineKind::IoUring => uniq.len().min(HEAD_QUERIES),
         IoEngineKind::StdFs => uniq.len(),
     };
-    let tail = uniq.split_off(uniq.len().min(head_len));
-    let head = Part::plan(snapshot, uniq, 0, &answers).await;
-    let head_permits = limits.acquire(head.chunks.len()).await;
-    if tail.is_empty() {
-        head.read(engine, head_permits, &answers).await;
-        return head.stats;
+    let mut memory = plan_from_memory(snapshot, &uniq[..head_len]);
+    if head_len == uniq.len() || memory.iter().any(Option::is_none) {
+        memory.extend(plan_from_memory(snapshot, &uniq[head_len..]));
+        let all = Part::plan(snapshot, (uniq, memory), 0, &answers).await;
+        all.read(engine, limits.acquire(all.chunks.len()).await, &answers).await;
+        return all.stats;
     }
+    let tail = uniq.split_off(head_len);
+    let head = Part::plan(snapshot, (uniq, memory), 0, &answers).await;
+    let head_permits = limits.acquire(head.chunks.len()).await;
     let room = MAX_CHUNK_READS_PER_GET.saturating_sub(head.chunks.len());
     let tail_beside = async {
-        let tail = Part::plan(snapshot, tail, head_len, &answers).await;
+        let memory = plan_from_memory(snapshot, &tail);
+        let tail = Part::plan(snapshot, (tail, memory), head_len, &answers).await;
         // Both parts together stay within `MAX_CHUNK_READS_PER_GET`; a head
         // that used them all leaves the tail for after it.
         if room == 0 && !tail.chunks.is_empty() {
@@ -301,15 +308,16 @@ struct Part {
 }
 
 impl Part {
-    /// Plan `uniq`, answer the queries refused at planning, and coalesce
-    /// the values the others need per layer.
+    /// Plan `uniq` (`memory`: its plans from `plan_from_memory`), answer
+    /// the queries refused at planning, and coalesce the values the others
+    /// need per layer.
     async fn plan(
         snapshot: &ReadSnapshot,
-        mut uniq: Vec<Query>,
+        (mut uniq, memory): (Vec<Query>, Vec<Option<PlanResult>>),
         first: usize,
         answers: &Answers<'_, '_>,
     ) -> Part {
-        let layers = plan_all(snapshot, &mut uniq).await;
+        let layers = finish_plans(snapshot, &mut uniq, memory).await;
         for (u, q) in uniq.iter_mut().enumerate() {
             if let Some(e) = refusal(q) {
                 answers.give(first + u, Err(e));
@@ -390,31 +398,33 @@ impl Part {
 /// A chunk read's bytes, or its error (shared by the queries that need it).
 type ChunkResult = Result<Bytes, Arc<std::io::Error>>;
 
-/// Plan every query (filling `plan`, `complete`, `error`); the layers the
-/// plans read, numbered as the plans refer to them.
-///
-/// Plan from memory first (in-memory layers, cached index blocks): no
-/// future per query on the common path. Queries that need an index block
-/// from disk are then planned again, all concurrently, so their reads
-/// overlap instead of running one after another.
-async fn plan_all(snapshot: &ReadSnapshot, uniq: &mut [Query]) -> Vec<PlannedLayer> {
+/// Plan each query from memory only (in-memory layers, cached index
+/// blocks, resident layers): no future per query on the common path, and
+/// never waits. `None` for a query that needs a read.
+fn plan_from_memory(snapshot: &ReadSnapshot, uniq: &[Query]) -> Vec<Option<PlanResult>> {
     let gc_cutoff = snapshot.gc_cutoff();
-    let mut plans: Vec<Option<PlanResult>> = Vec::with_capacity(uniq.len());
-    let mut need_reads = Vec::new();
-    for (i, q) in uniq.iter().enumerate() {
-        let planned = if q.lsn < gc_cutoff {
+    let planned = uniq.iter().map(|q| {
+        if q.lsn < gc_cutoff {
             let (key, lsn) = (q.key, q.lsn);
-            Some(Err(PageReconstructError::GarbageCollected { key, lsn, gc_cutoff }))
-        } else {
-            plan(snapshot, q.key, q.lsn, true)
-                .now_or_never()
-                .expect("planning from memory never waits")
-        };
-        if planned.is_none() {
-            need_reads.push(i);
+            return Some(Err(PageReconstructError::GarbageCollected { key, lsn, gc_cutoff }));
         }
-        plans.push(planned);
-    }
+        plan(snapshot, q.key, q.lsn, true).now_or_never().expect("planning from memory never waits")
+    });
+    planned.collect()
+}
+
+/// Finish the plans `plan_from_memory` made (filling each query's `plan`,
+/// `complete`, `error`); the layers the plans read, numbered as the plans
+/// refer to them. The queries that need an index block from disk are
+/// planned again, all concurrently, so their reads overlap instead of
+/// running one after another.
+async fn finish_plans(
+    snapshot: &ReadSnapshot,
+    uniq: &mut [Query],
+    mut plans: Vec<Option<PlanResult>>,
+) -> Vec<PlannedLayer> {
+    assert_eq!(plans.len(), uniq.len(), "a plan per query");
+    let need_reads: Vec<usize> = (0..plans.len()).filter(|&i| plans[i].is_none()).collect();
     let with_reads = need_reads.iter().map(|&i| plan(snapshot, uniq[i].key, uniq[i].lsn, false));
     for (&i, p) in need_reads.iter().zip(futures::future::join_all(with_reads).await) {
         plans[i] = Some(p.expect("planning with reads always finishes"));

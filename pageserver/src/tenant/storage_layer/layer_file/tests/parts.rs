@@ -127,3 +127,37 @@ async fn a_tail_waiting_for_permits_does_not_hold_up_the_head() {
     answers.extend(std::iter::from_fn(|| rx.try_recv().ok()));
     check(&q, answers);
 }
+
+/// Gets whose head needs index blocks from the disk (a freshly loaded
+/// layer of three index levels: one part) and gets on a warmed index (two
+/// parts), two at a time: every page comes back.
+#[tokio::test]
+async fn gets_on_cold_and_warm_indexes_answer_every_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Model::new();
+    for k in 0..2000 {
+        m.insert((key(k), Lsn(0x20)), (image(&page(k)).serialize(), true));
+    }
+    let path = write(dir.path(), LayerKind::Image, Lsn(0x20)..Lsn(0x21), &m).await.path;
+    let timeline = tokio::sync::Semaphore::new(vectored_read::TIMELINE_CHUNK_READS);
+    let limits = ReadLimits { timeline: &timeline, process: vectored_read::process_read_slots() };
+    let engine = engine();
+    let mut rng = StdRng::seed_from_u64(seed());
+    for _ in 0..10 {
+        let file = LayerFile::load(&engine, &path, TENANT, TIMELINE, direct()).await.unwrap();
+        assert_eq!(depth(&file), 2, "the root, then leaves read through the block cache");
+        let layer = Arc::new(Layer::resident(file, None));
+        let map = LayerMap::new(Lsn(0x20), Lsn(0), vec![(LayerLevel::Image, layer)], vec![]);
+        let snapshot = map.snapshot();
+        for _ in 0..2 {
+            let mut batch = || (0..32).map(|_| page_at(rng.gen_range(0..2000))).collect::<Vec<_>>();
+            let (qa, qb) = (batch(), batch());
+            let ((ra, _), (rb, _)) = futures::join!(
+                vectored_read::read(&engine, &snapshot, &qa, limits),
+                vectored_read::read(&engine, &snapshot, &qb, limits)
+            );
+            check(&qa, ra.into_iter().enumerate().collect());
+            check(&qb, rb.into_iter().enumerate().collect());
+        }
+    }
+}
