@@ -35,9 +35,10 @@
 //! (the head) are planned and their chunk reads started before the others
 //! (the tail) are planned; then both parts' reads run together. So a
 //! batch's first reads are on the disk while its other pages are still
-//! looked up. Only when the head plans from memory: else all its queries'
-//! index reads would wait for the head's. (With std-fs a read runs on the
-//! polling thread: one part.)
+//! looked up. Only when the head plans from memory (else all its queries'
+//! index reads would wait for the head's) and reads a file with direct IO
+//! (through the page cache its reads are likely done at once). With
+//! std-fs a read runs on the polling thread: one part.
 //!
 //! Chunk reads run concurrently: those of layer files as one batch of the
 //! IO engine per wave (with io-uring, submitted together, one
@@ -233,14 +234,17 @@ pub async fn read_each(
     // (libs/io_engine/src/uring.rs), so none may be left unpolled while
     // the get waits on another. One part instead: with std-fs (a read runs
     // on the polling thread, so the head would be read before the tail is
-    // planned anyway), and when the head cannot be planned from memory (its
-    // index block reads then go with the others', all in flight together).
+    // planned anyway); when the head cannot be planned from memory (its
+    // index block reads then go with the others', all in flight together);
+    // and when the head reads no file with direct IO (through the page
+    // cache its reads are likely done at once: the split would only cost).
     let head_len = match engine.kind() {
         IoEngineKind::IoUring => uniq.len().min(HEAD_QUERIES),
         IoEngineKind::StdFs => uniq.len(),
     };
     let mut memory = plan_from_memory(snapshot, &uniq[..head_len]);
-    if head_len == uniq.len() || memory.iter().any(Option::is_none) {
+    let planned = memory.iter().all(Option::is_some);
+    if head_len == uniq.len() || !planned || !memory.iter().any(reads_direct) {
         memory.extend(plan_from_memory(snapshot, &uniq[head_len..]));
         let all = Part::plan(snapshot, (uniq, memory), 0, &answers).await;
         all.read(engine, limits.acquire(all.chunks.len()).await, &answers).await;
@@ -267,6 +271,12 @@ pub async fn read_each(
         tail.read(engine, limits.acquire(tail.chunks.len()).await, &answers).await;
     }
     head.stats.plus(tail.stats)
+}
+
+/// Whether a plan reads a layer file opened with direct IO.
+fn reads_direct(plan: &Option<PlanResult>) -> bool {
+    let Some(Ok((walk, _))) = plan else { return false };
+    walk.iter().any(|(l, _, _)| matches!(l, PlannedLayer::File(f) if f.is_direct_io()))
 }
 
 /// Unique queries of a get planned and read first, before the others are

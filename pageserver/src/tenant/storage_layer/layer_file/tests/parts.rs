@@ -85,12 +85,14 @@ async fn head_and_tail_answer_every_query() {
 /// With only the head's permits free, the head is read and answered while
 /// the tail waits for its permits (gathering the head's as they come
 /// back: tokio's semaphore is fair), and the tail is read once the other
-/// holder lets go. Only with io-uring (run-tests.sh runs the daemon's
-/// tests on it too): with std-fs a get is one part.
+/// holder lets go. Only with io-uring and direct IO (run-tests.sh runs
+/// the daemon's tests that way too): else a get is one part.
 #[tokio::test]
 async fn a_tail_waiting_for_permits_does_not_hold_up_the_head() {
-    if engine().kind() != io_engine::IoEngineKind::IoUring {
-        println!("skipped: with std-fs a get is one part (run with PAGESERVER_IO_ENGINE=io-uring)");
+    if engine().kind() != io_engine::IoEngineKind::IoUring || !direct() {
+        println!(
+            "skipped: a get is one part but with io-uring and direct IO (run-tests.sh runs that)"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
