@@ -140,16 +140,20 @@ impl RemoteTimeline {
     }
 
     /// The store goes away (its root becomes a file, its objects are set
-    /// aside): uploads and downloads fail until [`Self::store_up`].
+    /// aside): uploads and downloads fail until [`Self::store_up`]. One
+    /// atomic swap: an upload running meanwhile cannot recreate the root
+    /// directory between a rename and a write (it did, failing a test).
     pub(crate) fn store_down(&self) {
-        std::fs::rename(&self.remote_root, self.root.path().join("remote.down")).unwrap();
-        std::fs::write(&self.remote_root, b"not a directory").unwrap();
+        let aside = self.root.path().join("remote.down");
+        std::fs::write(&aside, b"not a directory").unwrap();
+        exchange(&aside, &self.remote_root);
     }
 
     /// The store comes back with its objects.
     pub(crate) fn store_up(&self) {
-        std::fs::remove_file(&self.remote_root).unwrap();
-        std::fs::rename(self.root.path().join("remote.down"), &self.remote_root).unwrap();
+        let aside = self.root.path().join("remote.down");
+        exchange(&aside, &self.remote_root);
+        std::fs::remove_file(&aside).unwrap();
     }
 
     /// Where remote storage keeps layer `name`.
@@ -165,4 +169,24 @@ pub(crate) async fn disjoint_remote_timeline(layers: u32) -> RemoteTimeline {
     let (mgr, tl) = new_timeline(&root.path().join("work")).await;
     write_disjoint_layers(&tl, 0, layers).await;
     publish(root, mgr, tl).await
+}
+
+/// Swap two paths atomically (`renameat2` with `RENAME_EXCHANGE`; a file
+/// and a directory may swap).
+fn exchange(a: &std::path::Path, b: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let (a_c, b_c) = (c(a), c(b));
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a_c.as_ptr(),
+            libc::AT_FDCWD,
+            b_c.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    let err = std::io::Error::last_os_error();
+    assert_eq!(rc, 0, "exchanging {} and {}: {err}", a.display(), b.display());
 }
