@@ -15,6 +15,7 @@ pub mod controlfile;
 pub mod page;
 pub mod paths;
 pub mod records;
+pub mod redo;
 pub mod slru;
 pub mod wal;
 
