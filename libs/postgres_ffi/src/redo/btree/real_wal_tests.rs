@@ -74,7 +74,9 @@ fn decode_window(start: Lsn, wal: &[u8], version: PgMajorVersion) -> Vec<Decoded
             Ok(Some(r)) => records.push(r),
             Ok(None) => return records,
             // The zeros after the last record of a window cut at a page end.
-            Err(e) if e.lsn.0 / 8192 + 1 == end / 8192 && e.msg.contains("is zero") => return records,
+            Err(e) if e.lsn.0 / 8192 + 1 == end / 8192 && e.msg.contains("is zero") => {
+                return records
+            }
             Err(e) => panic!("decoding: {e:?}"),
         }
     }
@@ -100,11 +102,19 @@ fn check_block(
         return Ok(());
     }
     let first = page.iter().zip(&expected).position(|(a, b)| a != b).unwrap_or(0);
-    Err(format!("first difference at byte {first}: ours {:?} theirs {:?}",
-        &page[first..(first + 16).min(BLCKSZ)], &expected[first..(first + 16).min(BLCKSZ)]))
+    Err(format!(
+        "first difference at byte {first}: ours {:?} theirs {:?}",
+        &page[first..(first + 16).min(BLCKSZ)],
+        &expected[first..(first + 16).min(BLCKSZ)]
+    ))
 }
 
-fn check_window(name: &str, start: Lsn, wal: &[u8], version: PgMajorVersion) -> BTreeMap<&'static str, Counts> {
+fn check_window(
+    name: &str,
+    start: Lsn,
+    wal: &[u8],
+    version: PgMajorVersion,
+) -> BTreeMap<&'static str, Counts> {
     let mut pages: HashMap<BlockTag, Vec<u8>> = HashMap::new();
     let mut counts: BTreeMap<&'static str, Counts> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -122,8 +132,12 @@ fn check_window(name: &str, start: Lsn, wal: &[u8], version: PgMajorVersion) -> 
                             c.checked += 1;
                             if let Err(e) = check_block(&rec, i, prev, image, version) {
                                 c.mismatched += 1;
-                                failures.push(format!("{name} {} at {} block {}: {e}",
-                                    record_name(rec.info), rec.lsn, blk.id));
+                                failures.push(format!(
+                                    "{name} {} at {} block {}: {e}",
+                                    record_name(rec.info),
+                                    rec.lsn,
+                                    blk.id
+                                ));
                             }
                         }
                     }
@@ -144,7 +158,10 @@ fn check_window(name: &str, start: Lsn, wal: &[u8], version: PgMajorVersion) -> 
 fn report(name: &str, counts: &BTreeMap<&'static str, Counts>) -> usize {
     let mut bad = 0;
     for (kind, c) in counts {
-        println!("{name}\t{kind}\tchecked {}\tmismatched {}\tskipped {}", c.checked, c.mismatched, c.skipped);
+        println!(
+            "{name}\t{kind}\tchecked {}\tmismatched {}\tskipped {}",
+            c.checked, c.mismatched, c.skipped
+        );
         bad += c.mismatched;
     }
     bad
@@ -171,8 +188,11 @@ fn read_zst(path: &Path) -> Vec<u8> {
 #[test]
 fn shared_fixtures_match_postgres() {
     let mut bad = 0;
-    let mut names: Vec<_> = std::fs::read_dir(testdata()).unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".wal.zst").map(String::from))
+    let mut names: Vec<_> = std::fs::read_dir(testdata())
+        .unwrap()
+        .filter_map(|e| {
+            e.ok()?.file_name().into_string().ok()?.strip_suffix(".wal.zst").map(String::from)
+        })
         .collect();
     names.sort();
     for name in names {
@@ -198,7 +218,8 @@ fn btree_fixtures_match_postgres() {
             continue;
         }
         let start = std::fs::read_to_string(dir.join(format!("{v}-btree.start"))).unwrap();
-        let counts = check_window(v, start.trim().parse().unwrap(), &read_zst(&path), version_of(v));
+        let counts =
+            check_window(v, start.trim().parse().unwrap(), &read_zst(&path), version_of(v));
         bad += report(v, &counts);
         for (kind, c) in counts {
             *seen.entry(kind).or_insert(0) += c.checked;
