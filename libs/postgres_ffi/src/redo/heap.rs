@@ -31,7 +31,7 @@ pub(crate) mod vm;
 #[cfg(test)]
 mod fixtures;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub(crate) use htup::normal_tuple_mut;
 pub(crate) use insert::multi_insert;
