@@ -13,12 +13,15 @@
 //! `GenericXLogFinish` did on the primary.
 //!
 //! Invariants: a fragment header or data cut short, or a fragment reaching
-//! past the page, is `Fault::Malformed`; a result whose `pd_lower` exceeds
-//! its `pd_upper` or `pd_upper` the page is `Fault::Page` (PostgreSQL would
-//! write out of bounds). Writes the main or init fork.
+//! past the page, is `Fault::Malformed`; a result whose header does not
+//! keep `SizeOfPageHeaderData <= pd_lower <= pd_upper <= pd_special <=
+//! BLCKSZ` (unless all three are still zero) is `Fault::Page` (PostgreSQL
+//! would write out of bounds). Writes the main or init fork. The contents
+//! between the header and `pd_lower` belong to the extension: they need
+//! not be line pointers (bloom keeps its tuples there).
 
 use super::{Ctx, Fault};
-use crate::consts::{BLCKSZ, INIT_FORKNUM, MAIN_FORKNUM};
+use crate::consts::{BLCKSZ, INIT_FORKNUM, MAIN_FORKNUM, SIZE_OF_PAGE_HEADER_DATA};
 use crate::page::PageHeader;
 
 /// `FRAGMENT_HEADER_SIZE`: offset and length.
@@ -64,12 +67,21 @@ fn apply_delta(page: &mut [u8], delta: &[u8]) -> Result<(), Fault> {
     Ok(())
 }
 
-/// Zero `[pd_lower, pd_upper)` of the result.
+/// Zero `[pd_lower, pd_upper)` of the result, once its header's bounds
+/// are those of an initialised page (or it is still all-zero in them).
 fn zero_hole(page: &mut [u8]) -> Result<(), Fault> {
     let h = PageHeader::decode(page);
-    let (lower, upper) = (h.lower as usize, h.upper as usize);
-    if lower > upper || upper > page.len() {
-        return Err(Fault::Page(format!("Generic: pd_lower {lower}, pd_upper {upper} after redo")));
+    let (lower, upper, special) = (h.lower as usize, h.upper as usize, h.special as usize);
+    let new = lower == 0 && upper == 0 && special == 0;
+    if !new
+        && !(SIZE_OF_PAGE_HEADER_DATA <= lower
+            && lower <= upper
+            && upper <= special
+            && special <= BLCKSZ)
+    {
+        return Err(Fault::Page(format!(
+            "Generic: pd_lower {lower}, pd_upper {upper}, pd_special {special} after redo"
+        )));
     }
     page[lower..upper].fill(0);
     Ok(())
@@ -185,7 +197,13 @@ mod tests {
             assert!(matches!(&err, Fault::Malformed(m) if m.contains(what)), "{err}");
         }
         let err = run(&mut old_page(), fragment(12, &[0x50, 0x1F]), MAIN_FORKNUM).unwrap_err();
-        assert_eq!(err, Fault::Page("Generic: pd_lower 8016, pd_upper 8000 after redo".into()));
+        let want = "Generic: pd_lower 8016, pd_upper 8000, pd_special 8184 after redo";
+        assert_eq!(err, Fault::Page(want.into()));
+        let err = run(&mut old_page(), fragment(16, &[0x08, 0x20]), MAIN_FORKNUM).unwrap_err();
+        assert!(matches!(err, Fault::Page(m) if m.contains("pd_special 8200")));
+        let mut new = vec![0u8; BLCKSZ];
+        run(&mut new, Vec::new(), MAIN_FORKNUM).unwrap();
+        assert_eq!(new, vec![0u8; BLCKSZ]);
         let err = run(&mut old_page(), Vec::new(), 2).unwrap_err();
         assert!(matches!(err, Fault::Malformed(_)));
     }
