@@ -196,9 +196,11 @@ fn check_invariants_accepts_new_pages_and_refuses_broken_ones() {
     h.upper = 8100;
     h.encode(&mut page);
     assert!(check_invariants(&page).is_err(), "pd_special not maxaligned");
+    assert!(check_header(&page).is_err(), "pd_special not maxaligned");
     let mut page = page_with(&[(1, 8)]);
     set_item_id(&mut page, 1, ItemId { off: END as u16 - 8, flags: LP_DEAD, len: 9 }).unwrap();
     assert!(check_invariants(&page).is_err(), "dead item with storage past pd_special");
+    check_header(&page).unwrap();
     set_item_id(&mut page, 1, ItemId { off: 3, flags: LP_REDIRECT, len: 0 }).unwrap();
     check_invariants(&page).unwrap();
 }
