@@ -37,6 +37,7 @@ mod generic;
 mod heap;
 mod heap2;
 pub mod mask;
+pub mod names;
 mod sequence;
 
 use bytes::Bytes;
