@@ -46,7 +46,7 @@ const FREEZE_PLAN_LEN: usize = 12;
 
 /// Offsets as logged (little-endian u16s).
 fn offsets(b: &[u8], what: &str) -> Result<Vec<u16>, Fault> {
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return Err(Fault::Malformed(format!("{what}: {} bytes of offsets", b.len())));
     }
     Ok(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
