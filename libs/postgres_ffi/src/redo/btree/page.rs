@@ -297,7 +297,7 @@ pub(super) fn form_posting(base: &[u8], tids: &[u8]) -> Result<Vec<u8>, Fault> {
     let key_size = if is_posting(base)? { posting(base)?.key_size } else { tuple_size(base)? };
     let n = tids.len() / TID_SIZE;
     if n == 0
-        || tids.len() % TID_SIZE != 0
+        || !tids.len().is_multiple_of(TID_SIZE)
         || key_size > base.len()
         || key_size < INDEX_TUPLE_HEADER
     {
