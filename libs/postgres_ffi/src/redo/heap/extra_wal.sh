@@ -78,6 +78,11 @@ BEGIN; SELECT count(*) FROM (SELECT * FROM h WHERE id BETWEEN 300 AND 330 FOR UP
 COPY n FROM '/tmp/heapwal_copy.csv' WITH (FORMAT csv);
 UPDATE h SET id = id + 1000000 WHERE id BETWEEN 400 AND 440;
 UPDATE h SET v = repeat('w', 2000) WHERE id BETWEEN 500 AND 520;
+CREATE TABLE m(a int, b text);
+INSERT INTO m SELECT g, 'm' || g FROM generate_series(1, 2000) g;
+DELETE FROM m WHERE a % 2 = 0;
+VACUUM (FREEZE) m;
+COPY m FROM '/tmp/heapwal_copy.csv' WITH (FORMAT csv);
 SQL
 ( "${psql[@]}" -c "BEGIN; UPDATE h SET w = 'concurrent' WHERE id BETWEEN 600 AND 610; SELECT pg_sleep(3); COMMIT;" >/dev/null ) &
 sleep 1
