@@ -506,3 +506,35 @@ fn malformed_records_are_faults() {
         record(0x30, 0, &[(0, 3, false), (1, 7, true)], &tuple(1, 9, 15), &split_main(0, 2, 2, 0));
     assert!(run(&mut page, &rec, PgMajorVersion::V18).is_err());
 }
+
+#[test]
+#[ignore = "apply() runs bufpage::check_invariants on every page; deleted btree pages and \
+            metapages need bufpage::check_header (mod.rs, the seam's owner)"]
+fn deleted_page_and_metapage_contents_are_not_line_pointers() {
+    // A safexid or a root block number that would read as a line pointer
+    // with storage (lp_flags 1, lp_len > 0) must not trip the invariant
+    // check: below pd_lower these pages hold no line pointers.
+    let mut main = unlink_main(5, 9, 0);
+    main[16..24].copy_from_slice(&0x0003_8000u64.to_le_bytes());
+    let blocks = [(0, 7, true), (2, 9, false)];
+    let mut target = vec![0u8; BLCKSZ];
+    run(&mut target, &record(0x80, 0, &blocks, &[], &main), PgMajorVersion::V18).unwrap();
+    assert_eq!(u64_at(&target, 24).unwrap(), 0x0003_8000);
+    let mut meta = vec![0u8; BLCKSZ];
+    let rec = record(0xE0, 0, &[(0, 0, true)], &metadata(0x0003_8000, 2), &[]);
+    run(&mut meta, &rec, PgMajorVersion::V18).unwrap();
+    check_meta(&meta, 0x0003_8000, 2);
+}
+
+#[test]
+fn posting_lists_that_do_not_fit_their_tuple_are_faults() {
+    // t_info says 16 bytes, the posting list claims 3 TIDs after 16.
+    let mut bogus = posting_tuple(7, &[(1, 1), (1, 3), (1, 5)]);
+    bogus[6..8].copy_from_slice(&(16u16 | 0x2000).to_le_bytes());
+    let mut page = btree_page(leaf(0, 0), &[bogus]);
+    let mut data = 1u16.to_le_bytes().to_vec();
+    data.extend(tuple(1, 2, 7));
+    let rec = record(0x50, 0, &[(0, 3, false)], &data, &2u16.to_le_bytes());
+    assert!(matches!(run(&mut page, &rec, PgMajorVersion::V16), Err(Fault::Page(_))));
+    assert!(form_posting(&tuple(0, 0, 1), &[0; 7]).is_err());
+}
