@@ -68,6 +68,8 @@ pub struct ConfigToml {
     pub wal_receiver_status_interval: Duration,
     #[serde(with = "humantime_serde")]
     pub wal_receiver_idle_flush: Duration,
+    /// Check native redo against PostgreSQL's consistency images.
+    pub wal_redo_check: bool,
     /// How long an LSN lease lasts from its latest renewal.
     #[serde(with = "humantime_serde")]
     pub lsn_lease_length: Duration,
@@ -156,6 +158,7 @@ impl Default for ConfigToml {
             http_body_read_timeout: duration(DEFAULT_HTTP_BODY_READ_TIMEOUT),
             wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
             wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
+            wal_redo_check: false,
             lsn_lease_length: duration(DEFAULT_LSN_LEASE_LENGTH),
             compaction_threshold: DEFAULT_COMPACTION_THRESHOLD,
             compaction_target_size: size(DEFAULT_COMPACTION_TARGET_SIZE),

@@ -78,6 +78,8 @@ pub struct PageServerConf {
     pub max_get_vectored_keys: usize,
     /// Bytes.
     pub in_memory_layers_budget: u64,
+    /// Ingest checks native redo against PostgreSQL's consistency images.
+    pub wal_redo_check: bool,
     pub io_engine: IoEngine,
     /// Layer and ephemeral files use `O_DIRECT` (checked at start-up by
     /// `check_direct_io`).
@@ -162,6 +164,7 @@ impl PageServerConf {
             http_body_read_timeout,
             wal_receiver_status_interval,
             wal_receiver_idle_flush,
+            wal_redo_check,
             lsn_lease_length,
             compaction_threshold,
             compaction_target_size,
@@ -257,6 +260,7 @@ impl PageServerConf {
             checkpoint_timeout,
             max_get_vectored_keys,
             in_memory_layers_budget: in_memory_layers_budget.as_u64(),
+            wal_redo_check,
             io_engine,
             direct_io,
             log_format,
@@ -291,6 +295,7 @@ impl PageServerConf {
             wait_lsn_timeout: self.wait_lsn_timeout,
             max_get_vectored_keys: self.max_get_vectored_keys,
             in_memory_layers_budget: self.in_memory_layers_budget,
+            wal_redo_check: self.wal_redo_check,
             io_engine: self.io_engine.clone(),
             direct_io: self.direct_io,
             lsn_lease_length: self.lsn_lease_length,

@@ -290,6 +290,7 @@ fn sample_config_file_is_exactly_the_defaults() {
             "wait_lsn_timeout",
             "wal_receiver_idle_flush",
             "wal_receiver_status_interval",
+            "wal_redo_check",
         ]
     );
     for commented in [

@@ -369,7 +369,9 @@ where
     );
     m.put_control_file(control);
     m.put_checkpoint(Bytes::from(cd.checkpoint_copy));
+    let tl = m.committed_view().0;
     m.commit().await.with_context(|| format!("commit the import at {lsn}"))?;
+    tl.set_data_checksums(cd.data_checksums);
     Ok(())
 }
 

@@ -180,6 +180,8 @@ pub struct ControlData {
     pub checkpoint_copy: Vec<u8>,
     /// The major version that wrote it (from its catalog version).
     pub major: PgMajorVersion,
+    /// `data_checksum_version` is not zero: pages carry checksums.
+    pub data_checksums: bool,
 }
 
 impl ControlData {
@@ -208,6 +210,7 @@ pub fn parse_control(buf: &[u8]) -> Result<ControlData, String> {
         timeline: c.checkpoint_copy.this_timeline_id,
         checkpoint_copy: buf[40..40 + CHECKPOINT_SIZE].to_vec(),
         major,
+        data_checksums: c.data_checksum_version != 0,
     })
 }
 

@@ -15,6 +15,7 @@ pub mod compaction;
 pub mod http;
 pub mod page_service;
 pub mod process;
+pub mod redo;
 pub mod remote;
 pub mod storage;
 pub mod walreceiver;
@@ -51,6 +52,7 @@ pub fn register_all(http_routes: &[(&str, &str)], read_kinds: &[&str]) {
     compaction::register();
     walreceiver::register();
     remote::register();
+    redo::register();
 }
 
 /// The default registry in Prometheus text format.

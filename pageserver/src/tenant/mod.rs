@@ -63,6 +63,9 @@ pub struct StorageConf {
     pub max_get_vectored_keys: usize,
     /// Global bound on bytes held by in-memory layers of all timelines.
     pub in_memory_layers_budget: u64,
+    /// Ingest redoes every natively redone record whose block carries
+    /// PostgreSQL's consistency image too, and compares (`walingest/redo_check.rs`).
+    pub wal_redo_check: bool,
     pub io_engine: io_engine::IoEngine,
     /// Layer and ephemeral files use direct IO (`O_DIRECT`).
     pub direct_io: bool,
@@ -143,6 +146,7 @@ impl StorageConf {
             wait_lsn_timeout: Duration::from_secs(10),
             max_get_vectored_keys: 32,
             in_memory_layers_budget: 1024 * 1024 * 1024,
+            wal_redo_check: true,
             io_engine: io_engine::IoEngine::new(test_io_engine_kind()).unwrap(),
             direct_io: test_direct_io(),
             lsn_lease_length: Duration::from_secs(600),
@@ -242,11 +246,19 @@ pub enum PageReconstructError {
     },
     #[error(
         "key {key}: the WAL record at {lsn} (rmgr {} ({rmid})) carries no page image, and \
-         rebuilding the page needs PostgreSQL redo, which this pageserver does not run \
-         (was wal_consistency_checking switched off for that session?)",
+         this pageserver has no native redo for that rmgr (list it in the primary's \
+         wal_consistency_checking; was it switched off for that session?)",
         postgres_ffi::wal::rmgr::rmgr_name(*rmid)
     )]
     NeedsRedo { key: Key, lsn: Lsn, rmid: u8 },
+    /// Native redo of a stored WAL record failed: the page at that LSN
+    /// cannot be built (the error names LSN, rmgr, record kind and block).
+    #[error("key {key}: {source}")]
+    Redo {
+        key: Key,
+        #[source]
+        source: postgres_ffi::redo::RedoError,
+    },
     #[error(transparent)]
     Vectored(#[from] GetVectoredError),
 }

@@ -1,9 +1,18 @@
 //! Reconstruction: from the values of one key (newest first, ending at a
 //! `will_init` value) to the bytes of the key at the requested LSN.
 //!
-//! Native records are applied here, in Rust, with `postgres_ffi::records`
-//! (CLOG status bits, visibility-map clears); the test record is ours. A PostgreSQL record that needs redo is an
-//! error naming its rmgr and LSN: we never serve a page we cannot build.
+//! Records are applied here, oldest first, in Rust: the pageserver's own
+//! (`postgres_ffi::records`: CLOG status bits, visibility-map clears, byte
+//! patches) and PostgreSQL's WAL records (`postgres_ffi::redo::apply`, for
+//! the timeline's PostgreSQL major). A record that cannot be applied (no
+//! native redo for its rmgr, a body stored by an older version, a redo
+//! fault) is an error naming LSN, rmgr and block: we never serve a page we
+//! cannot build.
+//!
+//! Checksums: when a relation page comes out of any record (not straight
+//! from an image, which carries or gets its own) and the cluster has data
+//! checksums, `pd_checksum` is recomputed for the key's block number, so
+//! every page served from a checksummed cluster verifies.
 
 use bytes::{Bytes, BytesMut};
 use pageserver_api::key::Key;
@@ -13,14 +22,33 @@ use super::value::{Record, Value};
 use super::wal_image::WalImage;
 use super::PageReconstructError;
 
+use postgres_ffi::page::{page_checksum, page_is_new, PageHeader};
 use postgres_ffi::records::{clog_set_status, vm_clear_flags, vm_clear_tail};
-use postgres_ffi::BLCKSZ;
+use postgres_ffi::redo::{self, RedoRecord};
+use postgres_ffi::wal::BlockTag;
+use postgres_ffi::{PgMajorVersion, BLCKSZ};
+
+/// What reconstruction needs to know of the timeline's cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// The PostgreSQL major whose records are stored (their layouts).
+    pub version: PgMajorVersion,
+    /// The cluster has data checksums (`pg_control`'s `data_checksum_version`).
+    pub data_checksums: bool,
+}
+
+impl ClusterInfo {
+    /// Unit tests: PostgreSQL 15, no data checksums.
+    #[cfg(test)]
+    pub const TESTS: ClusterInfo = ClusterInfo { version: PgMajorVersion::V15, data_checksums: false };
+}
 
 /// `values` newest first; the last one must be `will_init`.
 pub fn reconstruct(
     key: Key,
     lsn: Lsn,
     values: Vec<(Lsn, Value)>,
+    cluster: ClusterInfo,
 ) -> Result<Bytes, PageReconstructError> {
     let mut iter = values.into_iter().rev();
     let Some((base_lsn, base)) = iter.next() else {
@@ -31,6 +59,7 @@ pub fn reconstruct(
             "key {key} at {lsn}: history ends at {base_lsn} without an image or initializing record"
         )));
     }
+    let mut from_record = !base.is_image();
     let mut page = match base {
         Value::Image(img) => {
             if iter.len() == 0 {
@@ -47,19 +76,32 @@ pub fn reconstruct(
         }
         Value::Record(rec) => {
             let mut page = BytesMut::new();
-            apply(key, base_lsn, &mut page, rec)?;
+            apply(key, base_lsn, &mut page, rec, cluster)?;
             page
         }
     };
     for (rec_lsn, v) in iter {
+        from_record = !v.is_image();
         match v {
             // Images are will_init: not expected after the base.
             Value::Image(img) => page = BytesMut::from(&img[..]),
             Value::WalImage(img) => page = BytesMut::from(&materialize(key, rec_lsn, &img)?[..]),
-            Value::Record(rec) => apply(key, rec_lsn, &mut page, rec)?,
+            Value::Record(rec) => apply(key, rec_lsn, &mut page, rec, cluster)?,
         }
     }
+    if from_record && cluster.data_checksums && key.is_rel_block() {
+        set_checksum(&mut page, key.field6);
+    }
     Ok(page.freeze())
+}
+
+/// Give a relation page the data checksum of block `blkno` (new pages have none).
+fn set_checksum(page: &mut [u8], blkno: u32) {
+    if page.len() == BLCKSZ && !page_is_new(page) {
+        let mut header = PageHeader::decode(page);
+        header.checksum = page_checksum(page, blkno);
+        header.encode(page);
+    }
 }
 
 /// Rebuild a WAL image of a relation block stored at `lsn`.
@@ -74,7 +116,13 @@ fn materialize(key: Key, lsn: Lsn, img: &WalImage) -> Result<Bytes, PageReconstr
         .map_err(|e| corrupt(format!("the WAL page image at {lsn} does not restore: {e}")))
 }
 
-fn apply(key: Key, lsn: Lsn, page: &mut BytesMut, rec: Record) -> Result<(), PageReconstructError> {
+fn apply(
+    key: Key,
+    lsn: Lsn,
+    page: &mut BytesMut,
+    rec: Record,
+    cluster: ClusterInfo,
+) -> Result<(), PageReconstructError> {
     let need_page = |page: &BytesMut, what: &str| {
         if page.len() != BLCKSZ {
             Err(PageReconstructError::Corrupt(format!(
@@ -117,11 +165,45 @@ fn apply(key: Key, lsn: Lsn, page: &mut BytesMut, rec: Record) -> Result<(), Pag
             }
             page.extend_from_slice(&append);
         }
-        Record::Postgres { rmid, .. } => {
-            return Err(PageReconstructError::NeedsRedo { key, lsn, rmid })
+        Record::Postgres { rmid, rec, will_init } => {
+            redo_postgres(key, lsn, page, (rmid, &rec, will_init), cluster)?
         }
     }
     Ok(())
+}
+
+/// Redo one stored PostgreSQL record on `page` (empty if there is none yet).
+fn redo_postgres(
+    key: Key,
+    lsn: Lsn,
+    page: &mut BytesMut,
+    (rmid, body, will_init): (u8, &Bytes, bool),
+    cluster: ClusterInfo,
+) -> Result<(), PageReconstructError> {
+    if body.is_empty() || !redo::has_native_redo(rmid) {
+        return Err(PageReconstructError::NeedsRedo { key, lsn, rmid });
+    }
+    let rec = RedoRecord::decode(body).map_err(|e| {
+        PageReconstructError::Corrupt(format!("key {key}: the stored WAL record at {lsn}: {e}"))
+    })?;
+    let Some(rel) = key.rel_tag().filter(|_| key.is_rel_block()) else {
+        return Err(PageReconstructError::Corrupt(format!(
+            "key {key}: a WAL record at {lsn} on a key that is no relation block"
+        )));
+    };
+    if will_init || page.is_empty() {
+        page.clear();
+        page.resize(BLCKSZ, 0);
+    }
+    let tag = BlockTag {
+        spc_oid: rel.spcnode,
+        db_oid: rel.dbnode,
+        rel_number: rel.relnode,
+        fork: rel.forknum,
+        blkno: key.field6,
+    };
+    redo::apply(page, tag, lsn, &rec, cluster.version)
+        .map_err(|source| PageReconstructError::Redo { key, source })
 }
 
 #[cfg(test)]
@@ -134,14 +216,14 @@ mod tests {
         let key = Key::MIN;
         let page = image(&[0u8; BLCKSZ]);
         let set = Value::Record(Record::ClogSetStatus { xids: vec![5, 32768 + 6], status: 1 });
-        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), set), (Lsn(1), page)]).unwrap();
+        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), set), (Lsn(1), page)], ClusterInfo::TESTS).unwrap();
         // xid 5: byte 1, bits 2-3; xid 32774 -> index 6 on its page: byte 1, bits 4-5.
         assert_eq!(out[1], (0b01 << 2) | (0b01 << 4));
         assert_eq!(out.iter().filter(|b| **b != 0).count(), 1);
 
         let vm = image(&[0xffu8; BLCKSZ]);
         let clear = Value::Record(Record::VmClearFlags { heap_blknos: vec![1], flags: 0b11 });
-        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), clear), (Lsn(1), vm)]).unwrap();
+        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), clear), (Lsn(1), vm)], ClusterInfo::TESTS).unwrap();
         assert_eq!(out[24], 0b1111_0011, "after the 24-byte page header");
         assert_eq!(out[25], 0xff);
     }
@@ -150,26 +232,26 @@ mod tests {
     fn set_bytes_patches_the_page() {
         let patch = |at: u16| vec![(0, Bytes::from_static(b"z")), (at, Bytes::from_static(b"ab"))];
         let set = Value::Record(Record::SetBytes { patches: patch(8190) });
-        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), set), (Lsn(1), image(&[0; BLCKSZ]))]);
+        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), set), (Lsn(1), image(&[0; BLCKSZ]))], ClusterInfo::TESTS);
         let out = out.unwrap();
         assert_eq!((&out[8190..], out[0]), (&b"ab"[..], b'z'));
         let bad = Value::Record(Record::SetBytes { patches: patch(8191) });
-        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), bad), (Lsn(1), image(&[0; BLCKSZ]))]);
+        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), bad), (Lsn(1), image(&[0; BLCKSZ]))], ClusterInfo::TESTS);
         assert!(matches!(out, Err(PageReconstructError::Corrupt(_))));
     }
 
     #[test]
     fn errors_name_the_problem() {
         let pg = Value::Record(Record::Postgres { will_init: false, rmid: 10, rec: Bytes::new() });
-        let err = reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), pg), (Lsn(1), image(&[0; BLCKSZ]))]);
+        let err = reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), pg), (Lsn(1), image(&[0; BLCKSZ]))], ClusterInfo::TESTS);
         assert!(matches!(err, Err(PageReconstructError::NeedsRedo { rmid: 10, .. })));
         let t = Value::Record(Record::Test { append: Bytes::from_static(b"x"), will_init: false });
         assert!(matches!(
-            reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), t)]),
+            reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), t)], ClusterInfo::TESTS),
             Err(PageReconstructError::Corrupt(_))
         ));
         assert!(matches!(
-            reconstruct(Key::MIN, Lsn(5), vec![]),
+            reconstruct(Key::MIN, Lsn(5), vec![], ClusterInfo::TESTS),
             Err(PageReconstructError::MissingKey { .. })
         ));
     }

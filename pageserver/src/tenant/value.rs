@@ -32,8 +32,10 @@ pub enum Record {
     /// Write each `(offset, bytes)` into the page, in order (multixact
     /// offsets and members). All patches of one page at one LSN are one record.
     SetBytes { patches: Vec<(u16, Bytes)> },
-    /// A PostgreSQL WAL record that needs PostgreSQL redo (we have none):
-    /// reading a page that depends on it is an error naming rmgr and LSN.
+    /// A PostgreSQL WAL record, for one block: `rec` is its
+    /// `postgres_ffi::redo::RedoRecord` encoding (versioned), applied by
+    /// native redo when read. Empty when written by a version that kept no
+    /// body: reading a page that depends on it is an error naming rmgr and LSN.
     Postgres { will_init: bool, rmid: u8, rec: Bytes },
     /// Unit tests: append bytes to the previous value (or start from empty
     /// when `will_init`).
@@ -83,6 +85,11 @@ impl Record {
 }
 
 impl Value {
+    /// A whole page (or blob) as it is, not a change to one.
+    pub fn is_image(&self) -> bool {
+        matches!(self, Value::Image(_) | Value::WalImage(_))
+    }
+
     pub fn will_init(&self) -> bool {
         match self {
             Value::Image(_) | Value::WalImage(_) => true,

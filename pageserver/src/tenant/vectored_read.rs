@@ -64,7 +64,7 @@ use pageserver_api::key::Key;
 use smallvec::SmallVec;
 use utils::lsn::Lsn;
 
-use super::reconstruct::reconstruct;
+use super::reconstruct::{reconstruct, ClusterInfo};
 use super::storage_layer::inmemory_layer::InMemoryLayer;
 use super::storage_layer::layer_file::LayerFile;
 use super::storage_layer::layer_map::{ReadSnapshot, ReadableLayer};
@@ -194,9 +194,10 @@ pub async fn read(
     snapshot: &ReadSnapshot,
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
+    cluster: ClusterInfo,
 ) -> (Vec<Result<Bytes, PageReconstructError>>, ReadStats) {
     let mut results: Vec<Option<Result<Bytes, PageReconstructError>>> = vec![None; queries.len()];
-    let stats = read_each(engine, snapshot, queries, limits, &mut |i, r| {
+    let stats = read_each(engine, snapshot, queries, limits, cluster, &mut |i, r| {
         assert!(results[i].replace(r).is_none(), "query {i} answered twice");
     })
     .await;
@@ -211,6 +212,7 @@ pub async fn read_each(
     snapshot: &ReadSnapshot,
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
+    cluster: ClusterInfo,
     ready: &mut Ready<'_, Result<Bytes, PageReconstructError>>,
 ) -> ReadStats {
     // Deduplicate: the same (key, lsn) is planned and reconstructed once,
@@ -226,7 +228,7 @@ pub async fn read_each(
             }
         }
     }
-    let answers = Answers { askers, ready: std::sync::Mutex::new(ready) };
+    let answers = Answers { askers, cluster, ready: std::sync::Mutex::new(ready) };
 
     // The head: planned, and its reads started, before the tail is planned
     // (`join!` polls the head first). Both parts are polled on every wake:
@@ -292,6 +294,8 @@ pub const HEAD_QUERIES: usize = 4;
 /// `Send` future.
 struct Answers<'r, 'f> {
     askers: Vec<SmallVec<[usize; 1]>>,
+    /// How the get's pages are reconstructed.
+    cluster: ClusterInfo,
     ready: std::sync::Mutex<&'r mut Ready<'f, Result<Bytes, PageReconstructError>>>,
 }
 
@@ -395,6 +399,7 @@ impl Part {
                         &self.chunks,
                         &bufs,
                         |li, b| self.chunk_of(li, b),
+                        answers.cluster,
                     );
                     answers.give(self.first + u, r);
                 }
@@ -490,6 +495,7 @@ fn reconstruct_query(
     chunks: &[(usize, Range<u64>)],
     bufs: &[Option<ChunkResult>],
     chunk_of: impl Fn(usize, BlobRef) -> usize,
+    cluster: ClusterInfo,
 ) -> Result<Bytes, PageReconstructError> {
     let mut values = Vec::with_capacity(q.plan.len());
     for &(li, lsn, b) in &q.plan {
@@ -510,7 +516,7 @@ fn reconstruct_query(
         })?;
         values.push((lsn, v));
     }
-    reconstruct(q.key, q.lsn, values)
+    reconstruct(q.key, q.lsn, values, cluster)
 }
 
 /// A query's plan before the layers are numbered: (layer, LSN, location),

@@ -7,24 +7,32 @@
 //!    version (`tenant/wal_image.rs`: rebuilt when read, `pd_lsn` stamped,
 //!    checksum redone); a
 //!    reference past the relation's end extends it (gap blocks read as
-//!    zeros); a reference without an image stores a `Record::Postgres`, so
-//!    a read of that page fails naming the LSN and the rmgr: never a wrong
-//!    page;
+//!    zeros); a reference without an image stores a `Record::Postgres`
+//!    holding what native redo of that block needs
+//!    (`postgres_ffi::redo::RedoRecord`), applied when the page is read; a
+//!    reference past the relation's end starts from a zero page (as
+//!    PostgreSQL's redo reads a page it has not got); an rmgr without
+//!    native redo makes reads of that page fail naming LSN and rmgr;
 //! 2. the records that change what no image shows are applied natively
 //!    (`native.rs`): relation create/truncate/drop, CLOG and multixact
 //!    pages, databases, relmap files, two-phase state, the checkpoint, and
 //!    visibility-map bits cleared by heap records.
 //!
+//! With `wal_redo_check`, every record also goes through `redo_check.rs`
+//! first (PostgreSQL's consistency images against native redo).
+//!
 //! The caller (the WAL receiver) owns the `DatadirModification`: it moves it
 //! to each record's end LSN with `set_lsn`, and commits batches of records.
 
 mod native;
+mod redo_check;
 
 use anyhow::Context;
 use bytes::Bytes;
 use pageserver_api::key::Key;
 use pageserver_api::reltag::RelTag;
 use postgres_ffi::controlfile::ControlFileData;
+use postgres_ffi::redo::RedoRecord;
 use postgres_ffi::wal::{BlockTag, DecodedWalRecord};
 use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;
@@ -49,6 +57,8 @@ pub struct WalIngest {
     data_checksums: bool,
     /// The latest checkpoint (`CheckPoint` bytes) as ingest keeps it current.
     checkpoint: native::CheckpointState,
+    /// `wal_redo_check`: native redo checked against PostgreSQL's images.
+    redo_check: Option<redo_check::RedoCheck>,
 }
 
 impl WalIngest {
@@ -59,10 +69,13 @@ impl WalIngest {
         let checkpoint = get_one(tl, ReadKind::Ingest, Key::checkpoint(), lsn)
             .await?
             .context("the timeline has no checkpoint value")?;
+        let data_checksums = control.data_checksum_version != 0;
+        tl.set_data_checksums(data_checksums);
         Ok(WalIngest {
             version,
-            data_checksums: control.data_checksum_version != 0,
+            data_checksums,
             checkpoint: native::CheckpointState::new(checkpoint, version),
+            redo_check: tl.conf().wal_redo_check.then(|| redo_check::RedoCheck::new(version)),
         })
     }
 
@@ -73,6 +86,9 @@ impl WalIngest {
         m: &mut DatadirModification<'_>,
     ) -> anyhow::Result<Ingested> {
         debug_assert_eq!(m.lsn(), rec.end_lsn);
+        if let Some(check) = &mut self.redo_check {
+            check.observe(rec);
+        }
         self.checkpoint.note_xid(rec.xid);
         let outcome = native::apply(self, rec, m)
             .await
@@ -90,16 +106,23 @@ impl WalIngest {
         rec: &DecodedWalRecord,
         m: &mut DatadirModification<'_>,
     ) -> anyhow::Result<()> {
-        for blk in &rec.blocks {
+        for (i, blk) in rec.blocks.iter().enumerate() {
             let rel = rel_of(&blk.tag);
             let blkno = blk.tag.blkno;
             let value = match &blk.image {
                 Some(img) => Value::WalImage(WalImage::from_block(img, self.data_checksums)),
-                None => Value::Record(Record::Postgres {
-                    will_init: blk.will_init,
-                    rmid: rec.rmid,
-                    rec: Bytes::new(),
-                }),
+                None => {
+                    // A page the relation has not got yet is redone from zeros.
+                    let new_page = m.rel_size(rel).await?.is_none_or(|size| blkno >= size);
+                    let redo = RedoRecord::from_decoded(rec, i);
+                    let mut body = Vec::with_capacity(redo.encoded_len());
+                    redo.encode(&mut body);
+                    Value::Record(Record::Postgres {
+                        will_init: blk.will_init || new_page,
+                        rmid: rec.rmid,
+                        rec: Bytes::from(body),
+                    })
+                }
             };
             m.put_rel_value(rel, blkno, value)
                 .await

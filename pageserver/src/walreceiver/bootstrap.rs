@@ -16,15 +16,30 @@ use tracing::{info, warn};
 use utils::id::TimelineId;
 use utils::lsn::Lsn;
 
+use postgres_ffi::redo::has_native_redo;
+use postgres_ffi::wal::rmgr_id;
+
 use super::WalReceiverConf;
 use crate::import::{import_basebackup_unfinished, ImportError};
 use crate::tenant::timeline::wal_source::WalSource;
 use crate::tenant::{Tenant, Timeline};
 
-/// Resource managers that modify relation pages: `wal_consistency_checking`
-/// must cover all of them, so that every page change carries an image.
-pub const PAGE_RMGRS: &[&str] =
-    &["heap", "heap2", "btree", "hash", "gin", "gist", "sequence", "spgist", "brin", "generic"];
+/// Resource managers that modify relation pages, by their names in
+/// `wal_consistency_checking`. Those without native redo
+/// (`postgres_ffi::redo`) must be listed there, so that every change of
+/// their pages carries an image.
+pub const PAGE_RMGRS: &[(&str, u8)] = &[
+    ("heap", rmgr_id::HEAP),
+    ("heap2", rmgr_id::HEAP2),
+    ("btree", rmgr_id::BTREE),
+    ("hash", rmgr_id::HASH),
+    ("gin", rmgr_id::GIN),
+    ("gist", rmgr_id::GIST),
+    ("sequence", rmgr_id::SEQUENCE),
+    ("spgist", rmgr_id::SPGIST),
+    ("brin", rmgr_id::BRIN),
+    ("generic", rmgr_id::GENERIC),
+];
 
 /// Why following a primary could not start. Each names what was wrong.
 #[derive(Debug, thiserror::Error)]
@@ -76,24 +91,31 @@ pub async fn connect_and_check(
     Ok((client, major))
 }
 
-/// `wal_consistency_checking` must be `all` or name every page rmgr.
+/// `wal_consistency_checking` must be `all` or name every page rmgr that
+/// has no native redo.
 pub fn check_consistency_checking(value: &str) -> Result<(), BootstrapError> {
     let listed: Vec<String> =
         value.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect();
     if listed.iter().any(|s| s == "all") {
         return Ok(());
     }
-    let missing: Vec<&str> =
-        PAGE_RMGRS.iter().copied().filter(|r| !listed.iter().any(|s| s == r)).collect();
+    let missing: Vec<&str> = PAGE_RMGRS
+        .iter()
+        .filter(|(name, id)| !has_native_redo(*id) && !listed.iter().any(|s| s == name))
+        .map(|(name, _)| *name)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
+    let needed: Vec<&str> =
+        PAGE_RMGRS.iter().filter(|(_, id)| !has_native_redo(*id)).map(|(n, _)| *n).collect();
     Err(refused(format!(
-        "the primary has wal_consistency_checking = '{value}', which leaves out {}: without \
-         page images this pageserver (which runs no PostgreSQL redo) cannot rebuild those \
-         pages; set wal_consistency_checking = 'all' (and wal_compression = zstd or pglz to \
-         keep the WAL small)",
-        missing.join(", ")
+        "the primary has wal_consistency_checking = '{value}', which leaves out {}: this \
+         pageserver has no native redo for those rmgrs yet, so their page changes must carry \
+         images; set wal_consistency_checking = '{}' (it costs nothing while no such index is \
+         written)",
+        missing.join(", "),
+        needed.join(",")
     )))
 }
 

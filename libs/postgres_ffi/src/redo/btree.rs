@@ -128,3 +128,10 @@ fn block_tag(ctx: &Ctx, block: u8) -> Result<BlockTag, Fault> {
 fn clear_incomplete_split(page: &mut [u8]) -> Result<(), Fault> {
     page::modify_opaque(page, |o| o.flags &= !page::BTP_INCOMPLETE_SPLIT)
 }
+
+/// Whether the bytes of a btree page below `pd_lower` are line pointers:
+/// not on the metapage (its metadata) nor on a deleted page (its
+/// `BTDeletedPageData`), which `apply` checks by their header only.
+pub(crate) fn has_line_pointers(page: &[u8]) -> bool {
+    page::Opaque::read(page).is_ok_and(|o| o.flags & (page::BTP_META | page::BTP_DELETED) == 0)
+}

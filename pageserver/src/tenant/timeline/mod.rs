@@ -56,6 +56,7 @@ use utils::lsn::Lsn;
 use utils::seqwait::SeqWait;
 
 mod backpressure;
+mod cluster;
 pub mod compaction;
 mod flush;
 pub mod gc;
@@ -136,6 +137,9 @@ pub struct Timeline {
     /// Held across each manifest write (`flush.rs`), so writes do not
     /// interleave.
     manifest_write: tokio::sync::Mutex<()>,
+    /// Whether the cluster has data checksums, as its `pg_control` says
+    /// (`cluster.rs`: unknown until first needed or set by ingest).
+    data_checksums: cluster::ChecksumsKnown,
     /// Which LSN was durable when, as in the manifest (`lsn_by_time.rs`).
     lsn_by_time: Mutex<LsnTimeRecord>,
     /// Set by the WAL receiver, read by the API.
@@ -242,6 +246,7 @@ impl Timeline {
             gc_cutoff: AtomicU64::new(md.gc_cutoff.0),
             manifest_write: tokio::sync::Mutex::new(()),
             lsn_by_time: Mutex::new(md.lsn_by_time.clone()),
+            data_checksums: cluster::ChecksumsKnown::default(),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
             last_records: Mutex::new(std::collections::VecDeque::new()),

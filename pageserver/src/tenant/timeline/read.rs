@@ -157,7 +157,9 @@ impl Timeline {
             timeline: &self.read_slots,
             process: vectored_read::process_read_slots(),
         };
-        vectored_read::read_each(&self.conf.io_engine, &snapshot, queries, limits, ready).await
+        let cluster = self.cluster_info().await;
+        vectored_read::read_each(&self.conf.io_engine, &snapshot, queries, limits, cluster, ready)
+            .await
     }
 
     /// Corruption found while serving is loud: every corrupt value or index

@@ -508,8 +508,6 @@ fn malformed_records_are_faults() {
 }
 
 #[test]
-#[ignore = "apply() runs bufpage::check_invariants on every page; deleted btree pages and \
-            metapages need bufpage::check_header (mod.rs, the seam's owner)"]
 fn deleted_page_and_metapage_contents_are_not_line_pointers() {
     // A safexid or a root block number that would read as a line pointer
     // with storage (lp_flags 1, lp_len > 0) must not trip the invariant

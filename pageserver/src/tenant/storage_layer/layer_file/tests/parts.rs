@@ -2,6 +2,7 @@
 //! query is answered whichever part it falls in, and a tail waiting for
 //! its permits does not hold up the head.
 
+use crate::tenant::reconstruct::ClusterInfo;
 use std::sync::Arc;
 
 use pageserver_api::key::Key;
@@ -76,7 +77,7 @@ async fn head_and_tail_answer_every_query() {
     assert_eq!(HEAD_QUERIES, 4, "the queries above are laid out for a head of 4");
     let timeline = tokio::sync::Semaphore::new(vectored_read::TIMELINE_CHUNK_READS);
     let limits = ReadLimits { timeline: &timeline, process: vectored_read::process_read_slots() };
-    let (res, stats) = vectored_read::read(&engine(), &map.snapshot(), &q, limits).await;
+    let (res, stats) = vectored_read::read(&engine(), &map.snapshot(), &q, limits, ClusterInfo::TESTS).await;
     check(&q, res.into_iter().enumerate().collect());
     assert_eq!((stats.values, stats.chunks), (24, 24), "each page planned once, in one part");
     assert_eq!(timeline.available_permits(), vectored_read::TIMELINE_CHUNK_READS);
@@ -105,7 +106,7 @@ async fn a_tail_waiting_for_permits_does_not_hold_up_the_head() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Answer>();
     let mut ready = |i: usize, r| tx.send((i, r)).unwrap();
     let mut get =
-        std::pin::pin!(vectored_read::read_each(&engine, &snapshot, &q, limits, &mut ready));
+        std::pin::pin!(vectored_read::read_each(&engine, &snapshot, &q, limits, ClusterInfo::TESTS, &mut ready));
     let mut answers = Vec::new();
     let head = async {
         while answers.len() < HEAD_ANSWERS.len() {
@@ -155,8 +156,8 @@ async fn gets_on_cold_and_warm_indexes_answer_every_page() {
             let mut batch = || (0..32).map(|_| page_at(rng.gen_range(0..2000))).collect::<Vec<_>>();
             let (qa, qb) = (batch(), batch());
             let ((ra, _), (rb, _)) = futures::join!(
-                vectored_read::read(&engine, &snapshot, &qa, limits),
-                vectored_read::read(&engine, &snapshot, &qb, limits)
+                vectored_read::read(&engine, &snapshot, &qa, limits, ClusterInfo::TESTS),
+                vectored_read::read(&engine, &snapshot, &qb, limits, ClusterInfo::TESTS)
             );
             check(&qa, ra.into_iter().enumerate().collect());
             check(&qb, rb.into_iter().enumerate().collect());
