@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from pathlib import Path
@@ -25,9 +26,9 @@ import pytest
 
 from fixtures import redo_workload
 from fixtures.backup import check_indexes, fetch_backup, restore, table_checksums
-from fixtures.pagestream import parse_lsn
+from fixtures.pagestream import RelTag, parse_lsn
 from fixtures.vanilla_pg import PG_BIN_DIRS, VanillaPostgres, pg_bin_dir
-from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary, follow_primary
+from fixtures.wal_compare import checksum_valid, compare_slru_with_primary, compare_with_primary, follow_primary
 from test_wal_ingest import PRIMARY_GONE, WAL_COMPRESSION, wait_for_lsn
 
 # What native redo does not cover yet (part two of issue 28).
@@ -157,6 +158,23 @@ def run_as_postgres(pg: VanillaPostgres, exe: Path, *args: str) -> subprocess.Co
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd="/")
 
 
+def served_checksums(ps, tenant, timeline, lsn: int, pg_checksums_errors: str) -> str:
+    """For each block pg_checksums reported: whether GetPage at `lsn` serves it
+    with a valid checksum (tells the fullbackup path from the read path)."""
+    lines = []
+    pat = r'in file "[^"]*/(global|base/(\d+))/(\d+)(_vm|_fsm|_init)?(?:\.(\d+))?", block (\d+)'
+    with ps.pagestream(tenant, timeline) as c:
+        for m in re.finditer(pat, pg_checksums_errors):
+            spc, db = (1664, 0) if m.group(1) == "global" else (1663, int(m.group(2)))
+            fork = {None: 0, "_fsm": 1, "_vm": 2, "_init": 3}[m.group(4)]
+            blk = int(m.group(6)) + int(m.group(5) or 0) * 131072
+            resp = c.get_page(RelTag(spc, db, int(m.group(3)), fork), blk, lsn=lsn)
+            page = getattr(resp, "page", None)
+            ok = page is not None and checksum_valid(page, blk)
+            lines.append(f"{m.group(0)}: GetPage {'valid' if ok else 'INVALID'} checksum" + ("" if page else f" ({resp})"))
+    return "\n".join(lines[:20])
+
+
 def verify_fullbackup(ps, tenant, timeline, lsn: int, major: int, expected: dict, out: Path, port: int) -> str:
     """A fullbackup at `lsn`: offline pg_checksums, then started: the
     primary's rows, pg_amcheck --heapallindexed (or index counts), every
@@ -169,7 +187,9 @@ def verify_fullbackup(ps, tenant, timeline, lsn: int, major: int, expected: dict
         tool = checksums_tool(major)
         if tool is not None:
             res = run_as_postgres(pg, tool, "-c", "-D", str(pg.datadir))
-            assert res.returncode == 0 and "Bad checksums:  0" in res.stdout, f"{tool} -c at {fmt_lsn(lsn)}:\n{res.stdout}\n{res.stderr}"
+            if res.returncode != 0 or "Bad checksums:  0" not in res.stdout:
+                served = served_checksums(ps, tenant, timeline, lsn, res.stderr)
+                raise AssertionError(f"{tool} -c at {fmt_lsn(lsn)}:\n{res.stdout}\n{res.stderr}\nthe same blocks by GetPage at that LSN:\n{served}")
             done.append(f"{tool} -c")
         pg.start()
         assert pg.psql("SHOW data_checksums") == "on"
