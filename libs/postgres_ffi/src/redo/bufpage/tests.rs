@@ -404,4 +404,5 @@ fn index_tuple_overwrite_moves_earlier_data() {
     assert_packed(&page, &[(1, 8, Some(0)), (7, most, None), (3, 8, Some(0))]);
 }
 
+mod model;
 mod real;
