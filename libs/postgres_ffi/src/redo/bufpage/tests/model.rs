@@ -12,6 +12,9 @@ use super::*;
 /// an unused line pointer.
 type Model = Vec<Option<Vec<u8>>>;
 
+/// What a step does to the model when it succeeds.
+type Expect = Box<dyn Fn(&mut Model)>;
+
 fn items(page: &[u8]) -> Model {
     (1..=max_offset(page))
         .map(|o| {
@@ -45,7 +48,7 @@ fn index_step(rng: &mut StdRng, page: &mut [u8], model: &mut Model) {
     let off = rng.gen_range(0..=n + 2);
     let step = rng.gen_range(0..5);
     let mut atomic = true;
-    let (result, expect): (Result<(), Fault>, Box<dyn Fn(&mut Model)>) = match step {
+    let (result, expect): (Result<(), Fault>, Expect) = match step {
         0 => {
             let it = random_item(rng);
             let res = add_item(page, &it, off, false, false).map(|_| ());
