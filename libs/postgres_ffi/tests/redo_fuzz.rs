@@ -16,8 +16,10 @@
 //!   with byte mutations (flip, set, truncate, extend, splice, insert,
 //!   delete, interesting 16/32-bit values) of block data, main data, info,
 //!   version, target and page; and fully random records on real, empty,
-//!   zero and garbage pages. Input `i` is generated from seed
-//!   `REDO_FUZZ_SEED + i` (default seed 0), printed with any failure;
+//!   zero and garbage pages; one in eight goes through its stored form
+//!   (`RedoRecord::encode`, mutated, `RedoRecord::decode`). Input `i` is
+//!   generated from seed `REDO_FUZZ_SEED + i` (default seed 0), printed
+//!   with any failure;
 //!   `REDO_FUZZ_SEED=<that> REDO_FUZZ_ITERATIONS=1` replays it.
 
 use std::cell::{Cell, RefCell};
@@ -130,6 +132,9 @@ struct Case {
     page: Vec<u8>,
     /// How it was made, for the report.
     how: String,
+    /// The record's stored form, mutated: decoded (inside the panic
+    /// guard) and applied instead of `rec` when present.
+    stored: Option<Vec<u8>>,
 }
 
 impl Case {
@@ -143,8 +148,10 @@ impl Case {
             }
         };
         let h = postgres_ffi::page::PageHeader::decode(&self.page);
+        let stored =
+            self.stored.as_ref().map(|b| format!(" stored form [{}]", hex(b))).unwrap_or_default();
         format!(
-            "{}: rmgr {} ({}) info {:#04x} {:?} target {} blocks {:?} lsn {} block_data [{}] main_data [{}] page lower {} upper {} special {}",
+            "{}: rmgr {} ({}) info {:#04x} {:?} target {} blocks {:?} lsn {} block_data [{}] main_data [{}] page lower {} upper {} special {}{stored}",
             self.how,
             self.rec.rmid,
             rmgr_name(self.rec.rmid),
@@ -343,7 +350,7 @@ fn mutated_real(rng: &mut StdRng, c: &Corpus) -> Case {
             }
         }
     }
-    Case { rec, tag, lsn: b.lsn, version, page, how }
+    Case { rec, tag, lsn: b.lsn, version, page, how, stored: None }
 }
 
 /// Random bytes, many of them small 16-bit numbers (plausible offsets).
@@ -395,23 +402,46 @@ fn random_record(rng: &mut StdRng, c: &Corpus, rmid: u8, info: u8) -> Case {
     let (page, what) = any_page(rng, c, rmid);
     let version = PgMajorVersion::ALL[rng.gen_range(0..4)];
     let lsn = Lsn(rng.gen_range(0x0100_0000..0x1_0000_0000u64) & !7);
-    Case { rec, tag: target.tag, lsn, version, page, how: format!("random record on {what}") }
+    let how = format!("random record on {what}");
+    Case { rec, tag: target.tag, lsn, version, page, how, stored: None }
 }
 
 fn fuzz_case(seed: u64, c: &Corpus) -> Case {
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut case = plain_case(&mut rng, c);
+    if rng.gen_bool(0.125) {
+        let mut stored = Vec::new();
+        case.rec.encode(&mut stored);
+        for _ in 0..rng.gen_range(0..4) {
+            mutate_bytes(&mut rng, &mut stored, &[]);
+        }
+        case.stored = Some(stored);
+        case.how.push_str(", through its stored form");
+    }
+    case
+}
+
+fn plain_case(rng: &mut StdRng, c: &Corpus) -> Case {
     match rng.gen_range(0..10) {
-        0..=5 => mutated_real(&mut rng, c),
+        0..=5 => mutated_real(rng, c),
         6 => {
             let b = &c.blocks[rng.gen_range(0..c.blocks.len())];
-            let (page, what) = any_page(&mut rng, c, b.rec.rmid);
+            let (page, what) = any_page(rng, c, b.rec.rmid);
             let how = format!("real record on {what}");
-            Case { rec: b.rec.clone(), tag: b.tag, lsn: b.lsn, version: b.version, page, how }
+            Case {
+                rec: b.rec.clone(),
+                tag: b.tag,
+                lsn: b.lsn,
+                version: b.version,
+                page,
+                how,
+                stored: None,
+            }
         }
         _ => {
             let rmid = rng.gen_range(0..N_RMGRS);
             let info = rng.gen();
-            random_record(&mut rng, c, rmid, info)
+            random_record(rng, c, rmid, info)
         }
     }
 }
@@ -464,17 +494,23 @@ fn run_case(case: &Case, label: &str, tally: &mut Tally, progress: &Progress) {
     let mut page = case.page.clone();
     IN_FUZZ.with(|f| f.set(true));
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
-        apply(&mut page, case.tag, case.lsn, &case.rec, case.version)
+        let rec = match &case.stored {
+            Some(stored) => RedoRecord::decode(&Bytes::copy_from_slice(stored)).ok()?,
+            None => case.rec.clone(),
+        };
+        let result = apply(&mut page, case.tag, case.lsn, &rec, case.version);
+        Some((rec, result))
     }));
     IN_FUZZ.with(|f| f.set(false));
     tally.inputs += 1;
     match result {
+        Ok(None) => *tally.faults.entry("stored form refused").or_default() += 1,
         Err(_) => {
             let msg = LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_default();
             let key = msg.lines().next().unwrap_or("panic").to_string();
             tally.fail(format!("panic: {key}"), format!("{label} {}", case.describe()));
         }
-        Ok(Err(e)) => {
+        Ok(Some((_, Err(e)))) => {
             let kind = match e.fault {
                 Fault::Malformed(_) => "malformed",
                 Fault::Page(_) => "page",
@@ -482,13 +518,13 @@ fn run_case(case: &Case, label: &str, tally: &mut Tally, progress: &Progress) {
             };
             *tally.faults.entry(kind).or_default() += 1;
         }
-        Ok(Ok(())) => {
-            *tally.ok.entry(rmgr_name(case.rec.rmid)).or_default() += 1;
+        Ok(Some((rec, Ok(())))) => {
+            *tally.ok.entry(rmgr_name(rec.rmid)).or_default() += 1;
             let broken = if page.len() != BLCKSZ {
                 Some(format!("page is {} bytes", page.len()))
             } else if page_lsn(&page) != case.lsn.0 {
                 Some("pd_lsn is not the record's LSN".to_string())
-            } else if !has_line_pointers(case) {
+            } else if !has_line_pointers(&rec, case.tag) {
                 bufpage::check_header(&page).err().map(|e| e.to_string())
             } else {
                 bufpage::check_invariants(&page).err().map(|e| e.to_string())
@@ -503,8 +539,8 @@ fn run_case(case: &Case, label: &str, tally: &mut Tally, progress: &Progress) {
 /// Whether the page redone keeps line pointers below `pd_lower`: not
 /// bloom's (Generic) nor btree's metapage (block 0), whose fields can read
 /// as line pointers with storage (a root block past 1 GiB).
-fn has_line_pointers(case: &Case) -> bool {
-    !(case.rec.rmid == rmgr_id::GENERIC || (case.rec.rmid == rmgr_id::BTREE && case.tag.blkno == 0))
+fn has_line_pointers(rec: &RedoRecord, tag: BlockTag) -> bool {
+    !(rec.rmid == rmgr_id::GENERIC || (rec.rmid == rmgr_id::BTREE && tag.blkno == 0))
 }
 
 /// Aborts the process if one input runs longer than `limit`.
@@ -564,6 +600,7 @@ fn redo_never_panics_and_keeps_page_invariants() {
                 version: b.version,
                 page,
                 how: how.into(),
+                stored: None,
             };
             run_case(&case, &format!("real block #{i}"), &mut tally, &progress);
         }
