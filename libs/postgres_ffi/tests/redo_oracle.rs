@@ -3,11 +3,13 @@
 //! `wal_consistency_checking = 'all'`, so every page-touching record carries
 //! the image of each page it changed, as it was right after the record.
 //!
-//! Each window is replayed in order, keeping the latest known version of
-//! every block (from any image: an applied image and a check-only image
-//! both show the page after the record; a block a record touches without
-//! an image becomes unknown). For each record of an rmgr with native redo
-//! and each block reference carrying a check-only image, the base page is
+//! Each window (its records must be those the server listed in the
+//! `.tsv`) is replayed in order, keeping the latest known version of every
+//! block (from any image: an applied image and a check-only image both
+//! show the page after the record; a block a record touches without an
+//! image becomes unknown, and so do a truncated relation's blocks). For
+//! each record of an rmgr with native redo and each block reference
+//! carrying a check-only image, the base page is
 //! zeros if the block is `will_init`, else the known page, else the block
 //! is skipped (counted as unknown). `redo::apply` runs on the stored form
 //! of the record (encoded and decoded back), both pages go through
@@ -64,8 +66,18 @@ fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal")
 }
 
-/// Every fixture window: (name, major, start LSN, WAL bytes).
-fn fixtures() -> Vec<(String, PgMajorVersion, Lsn, Vec<u8>)> {
+/// One fixture window.
+struct Fixture {
+    name: String,
+    version: PgMajorVersion,
+    start: Lsn,
+    wal: Vec<u8>,
+    /// The record LSNs the server listed (`.tsv`).
+    listed: Vec<Lsn>,
+}
+
+/// Every fixture window.
+fn fixtures() -> Vec<Fixture> {
     let mut names: Vec<String> = std::fs::read_dir(fixture_dir())
         .unwrap()
         .filter_map(|e| e.unwrap().file_name().into_string().ok())
@@ -79,26 +91,29 @@ fn fixtures() -> Vec<(String, PgMajorVersion, Lsn, Vec<u8>)> {
             let version = PgMajorVersion::new(major).unwrap();
             let tsv = std::fs::read_to_string(fixture_dir().join(format!("{name}.tsv"))).unwrap();
             let start = tsv.lines().next().and_then(|l| l.strip_prefix("# start\t")).unwrap();
+            let listed = tsv
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(|l| l.split('\t').next().unwrap().parse().unwrap())
+                .collect();
             let zst = std::fs::read(fixture_dir().join(format!("{name}.wal.zst"))).unwrap();
             let wal = zstd::stream::decode_all(&zst[..]).unwrap();
-            (name, version, start.parse().unwrap(), wal)
+            Fixture { name, version, start: start.parse().unwrap(), wal, listed }
         })
         .collect()
 }
 
-fn decode_all(
-    name: &str,
-    start: Lsn,
-    wal: &[u8],
-    version: PgMajorVersion,
-) -> Vec<DecodedWalRecord> {
-    let mut decoder = WalStreamDecoder::new(start, version);
-    decoder.feed_bytes(wal);
+/// The window's records, which must be the ones the server listed.
+fn decode_all(f: &Fixture) -> Vec<DecodedWalRecord> {
+    let mut decoder = WalStreamDecoder::new(f.start, f.version);
+    decoder.feed_bytes(&f.wal);
     let mut records = Vec::new();
-    while let Some(rec) = decoder.poll_decode().unwrap_or_else(|e| panic!("{name}: {e}")) {
+    while let Some(rec) = decoder.poll_decode().unwrap_or_else(|e| panic!("{}: {e}", f.name)) {
         records.push(rec);
     }
-    assert!(records.len() > 50, "{name}: {} records", records.len());
+    let lsns: Vec<Lsn> = records.iter().map(|r| r.lsn).collect();
+    assert_eq!(lsns, f.listed, "{}: records decoded", f.name);
+    assert!(records.len() > 50, "{}: {} records", f.name, records.len());
     records
 }
 
@@ -124,6 +139,9 @@ impl Oracle {
                     _ => {}
                 }
             }
+        }
+        if let Some(rel) = truncated_relation(rec) {
+            self.pages.retain(|tag, _| (tag.spc_oid, tag.db_oid, tag.rel_number) != rel);
         }
         for block in &rec.blocks {
             match &block.image {
@@ -235,12 +253,13 @@ fn oracle_table() -> &'static Table {
     TABLE.get_or_init(|| {
         let mut table = Table::new();
         let mut details = Vec::new();
-        for (name, version, start, wal) in fixtures() {
-            let mut oracle = Oracle::new(version, table);
-            for rec in decode_all(&name, start, &wal, version) {
+        for fixture in fixtures() {
+            let mut oracle = Oracle::new(fixture.version, table);
+            for rec in decode_all(&fixture) {
                 oracle.record(&rec);
             }
             table = oracle.table;
+            let name = &fixture.name;
             details.extend(oracle.details.into_iter().map(|d| format!("{name}: {d}")));
         }
         println!("{}", print_table(&table));
@@ -249,6 +268,20 @@ fn oracle_table() -> &'static Table {
         }
         table
     })
+}
+
+/// The relation (tablespace, database, relfilenode) a Storage TRUNCATE
+/// (`xl_smgr_truncate`: block count, locator, flags) cuts; its known pages
+/// are forgotten, every fork (conservative).
+fn truncated_relation(rec: &DecodedWalRecord) -> Option<(u32, u32, u32)> {
+    const XLOG_SMGR_TRUNCATE: u8 = 0x20;
+    if rec.rmid != rmgr_id::STORAGE || rec.rmgr_info() != XLOG_SMGR_TRUNCATE {
+        return None;
+    }
+    let oid = |at: usize| {
+        rec.main_data.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    };
+    Some((oid(4)?, oid(8)?, oid(12)?))
 }
 
 /// The rows where `f` is not zero, as "PG15 Heap INSERT: 3".

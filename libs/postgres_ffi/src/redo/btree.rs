@@ -96,7 +96,9 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         XLOG_BTREE_VACUUM => delete::vacuum_or_delete(page, ctx, block, true),
         XLOG_BTREE_DELETE => delete::vacuum_or_delete(page, ctx, block, false),
         XLOG_BTREE_MARK_PAGE_HALFDEAD => delete::mark_page_halfdead(page, ctx, block),
-        XLOG_BTREE_UNLINK_PAGE | XLOG_BTREE_UNLINK_PAGE_META => delete::unlink_page(page, ctx, block),
+        XLOG_BTREE_UNLINK_PAGE | XLOG_BTREE_UNLINK_PAGE_META => {
+            delete::unlink_page(page, ctx, block)
+        }
         XLOG_BTREE_NEWROOT => insert::newroot(page, ctx, block),
         XLOG_BTREE_META_CLEANUP => match block {
             0 => insert::restore_meta(page, ctx),
@@ -115,7 +117,10 @@ fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
 /// The tag of another block reference of the record.
 fn block_tag(ctx: &Ctx, block: u8) -> Result<BlockTag, Fault> {
     ctx.rec.block(block).map(|b| b.tag).ok_or_else(|| {
-        Fault::Malformed(format!("btree {} without block reference {block}", record_name(ctx.rec.info)))
+        Fault::Malformed(format!(
+            "btree {} without block reference {block}",
+            record_name(ctx.rec.info)
+        ))
     })
 }
 

@@ -73,12 +73,11 @@ fn zero_hole(page: &mut [u8]) -> Result<(), Fault> {
     let h = PageHeader::decode(page);
     let (lower, upper, special) = (h.lower as usize, h.upper as usize, h.special as usize);
     let new = lower == 0 && upper == 0 && special == 0;
-    if !new
-        && !(SIZE_OF_PAGE_HEADER_DATA <= lower
-            && lower <= upper
-            && upper <= special
-            && special <= BLCKSZ)
-    {
+    let sane = SIZE_OF_PAGE_HEADER_DATA <= lower
+        && lower <= upper
+        && upper <= special
+        && special <= BLCKSZ;
+    if !new && !sane {
         return Err(Fault::Page(format!(
             "Generic: pd_lower {lower}, pd_upper {upper}, pd_special {special} after redo"
         )));

@@ -114,12 +114,12 @@ pub(crate) fn has_vm_block_refs(version: PgMajorVersion) -> bool {
 }
 
 /// Little-endian reads of fixed record parts, with the record name in errors.
-pub(crate) struct Bytes<'a> {
+pub(crate) struct Fields<'a> {
     pub b: &'a [u8],
     pub what: &'static str,
 }
 
-impl Bytes<'_> {
+impl Fields<'_> {
     pub fn need(&self, len: usize) -> Result<(), Fault> {
         if self.b.len() < len {
             return Err(Fault::Malformed(format!(

@@ -13,7 +13,7 @@
 //! (`PageHeaderData`, `ItemIdData`, `HeapTupleHeaderData`, the special
 //! spaces of btree, hash, GIN, GiST and BRIN pages, their flag bits) are the
 //! same in 15, 16, 17 and 18 (`heap_mask` moved from `heapam.c` to
-//! `heapam_xlog.c` in 17 without changing), so `version` selects nothing yet.
+//! `heapam_xlog.c` in 18 without changing), so `version` selects nothing yet.
 //!
 //! Invariants: masking never panics and never touches a byte outside the
 //! slice. Where PostgreSQL raises an error (`mask_unused_space` on a header

@@ -110,7 +110,9 @@ pub(super) fn dedup(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> 
         done += state.finish(&mut newpage)? as usize;
     }
     if done != nintervals {
-        return Err(Fault::Page(format!("dedup made {done} posting lists, the record {nintervals}")));
+        return Err(Fault::Page(format!(
+            "dedup made {done} posting lists, the record {nintervals}"
+        )));
     }
     page.copy_from_slice(&newpage);
     page::modify_opaque(page, |o| o.flags &= !BTP_HAS_GARBAGE)

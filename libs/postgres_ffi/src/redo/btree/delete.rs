@@ -22,7 +22,12 @@ use crate::redo::{bufpage, Ctx, Fault};
 use crate::PgMajorVersion;
 
 /// `btree_xlog_updates` then `PageIndexMultiDelete`, from block 0's data.
-fn apply_deletions(page: &mut [u8], data: &[u8], ndeleted: usize, nupdated: usize) -> Result<(), Fault> {
+fn apply_deletions(
+    page: &mut [u8],
+    data: &[u8],
+    ndeleted: usize,
+    nupdated: usize,
+) -> Result<(), Fault> {
     let offsets = |from: usize, n: usize| -> Result<Vec<u16>, Fault> {
         (0..n).map(|i| page::u16_at(data, from + 2 * i)).collect()
     };
@@ -42,13 +47,19 @@ fn apply_deletions(page: &mut [u8], data: &[u8], ndeleted: usize, nupdated: usiz
     Ok(())
 }
 
-pub(super) fn vacuum_or_delete(page: &mut [u8], ctx: &Ctx, block: u8, vacuum: bool) -> Result<(), Fault> {
+pub(super) fn vacuum_or_delete(
+    page: &mut [u8],
+    ctx: &Ctx,
+    block: u8,
+    vacuum: bool,
+) -> Result<(), Fault> {
     if block != 0 {
         return Err(unexpected_block(ctx, block));
     }
     let main = &ctx.rec.main_data[..];
     let at = if vacuum { 0 } else { 4 };
-    let (ndeleted, nupdated) = (page::u16_at(main, at)? as usize, page::u16_at(main, at + 2)? as usize);
+    let (ndeleted, nupdated) =
+        (page::u16_at(main, at)? as usize, page::u16_at(main, at + 2)? as usize);
     apply_deletions(page, &ctx.rec.block_data, ndeleted, nupdated)?;
     let clear_cycleid = vacuum && ctx.version >= PgMajorVersion::V18;
     page::modify_opaque(page, |o| {
@@ -63,12 +74,14 @@ pub(super) fn mark_page_halfdead(page: &mut [u8], ctx: &Ctx, block: u8) -> Resul
     let main = &ctx.rec.main_data[..];
     match block {
         0 => {
-            let (left, right, top) = (page::u32_at(main, 8)?, page::u32_at(main, 12)?, page::u32_at(main, 16)?);
+            let (left, right, top) =
+                (page::u32_at(main, 8)?, page::u32_at(main, 12)?, page::u32_at(main, 16)?);
             page::halfdead_leaf(page, left, right, top)
         }
         1 => {
             let poffset = page::u16_at(main, 0)?;
-            let next = poffset.checked_add(1).ok_or_else(|| Fault::Malformed("poffset 65535".into()))?;
+            let next =
+                poffset.checked_add(1).ok_or_else(|| Fault::Malformed("poffset 65535".into()))?;
             let rightsib = page::tid_block(bufpage::item(page, next)?)?;
             let itup = bufpage::item_mut(page, poffset)?;
             if itup.len() < page::INDEX_TUPLE_HEADER {
@@ -110,7 +123,13 @@ pub(super) fn unlink_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), F
     let xl = XlUnlink::decode(&ctx.rec.main_data)?;
     match block {
         0 => {
-            let opaque = Opaque { prev: xl.leftsib, next: xl.rightsib, level: xl.level, flags: 0, cycleid: 0 };
+            let opaque = Opaque {
+                prev: xl.leftsib,
+                next: xl.rightsib,
+                level: xl.level,
+                flags: 0,
+                cycleid: 0,
+            };
             page::init_page(page, opaque)?;
             page::set_deleted(page, xl.safexid)?;
             if xl.level == 0 {
@@ -120,8 +139,12 @@ pub(super) fn unlink_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), F
         }
         1 if xl.leftsib != page::P_NONE => page::modify_opaque(page, |o| o.next = xl.rightsib),
         2 => page::modify_opaque(page, |o| o.prev = xl.leftsib),
-        3 if xl.level > 0 => page::halfdead_leaf(page, xl.leafleftsib, xl.leafrightsib, xl.leaftopparent),
-        4 if ctx.rec.rmgr_info() == super::XLOG_BTREE_UNLINK_PAGE_META => super::insert::restore_meta(page, ctx),
+        3 if xl.level > 0 => {
+            page::halfdead_leaf(page, xl.leafleftsib, xl.leafrightsib, xl.leaftopparent)
+        }
+        4 if ctx.rec.rmgr_info() == super::XLOG_BTREE_UNLINK_PAGE_META => {
+            super::insert::restore_meta(page, ctx)
+        }
         _ => Err(unexpected_block(ctx, block)),
     }
 }

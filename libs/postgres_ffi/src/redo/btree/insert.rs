@@ -30,9 +30,8 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx, block: u8, posting: bool) -> Re
     }
     let postingoff = page::u16_at(data, 0)? as usize;
     let mut newitem = data[2..].to_vec();
-    let oposting_off = offnum
-        .checked_sub(1)
-        .ok_or_else(|| Fault::Malformed("INSERT_POST at offset 0".into()))?;
+    let oposting_off =
+        offnum.checked_sub(1).ok_or_else(|| Fault::Malformed("INSERT_POST at offset 0".into()))?;
     let nposting = swap_posting(&mut newitem, bufpage::item(page, oposting_off)?, postingoff)?;
     let target = bufpage::item_mut(page, oposting_off)?;
     if target.len() < nposting.len() {
@@ -46,7 +45,11 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx, block: u8, posting: bool) -> Re
 /// `_bt_swap_posting`: the posting list with `newitem`'s TID put at
 /// `postingoff` (its largest TID dropped), and `newitem` given that TID.
 /// Returns `MAXALIGN(IndexTupleSize)` bytes of the new posting list.
-pub(super) fn swap_posting(newitem: &mut [u8], oposting: &[u8], postingoff: usize) -> Result<Vec<u8>, Fault> {
+pub(super) fn swap_posting(
+    newitem: &mut [u8],
+    oposting: &[u8],
+    postingoff: usize,
+) -> Result<Vec<u8>, Fault> {
     let size = bufpage::maxalign(page::tuple_size(oposting)?);
     let p = page::posting(oposting)?;
     let n = p.count();

@@ -205,7 +205,12 @@ pub(super) fn top_parent_tuple(topparent: u32) -> [u8; INDEX_TUPLE_HEADER] {
 
 /// A half-dead leaf rebuilt from scratch (MARK_PAGE_HALFDEAD's leaf, and
 /// UNLINK_PAGE's leaf below a deleted internal page).
-pub(super) fn halfdead_leaf(page: &mut [u8], prev: u32, next: u32, topparent: u32) -> Result<(), Fault> {
+pub(super) fn halfdead_leaf(
+    page: &mut [u8],
+    prev: u32,
+    next: u32,
+    topparent: u32,
+) -> Result<(), Fault> {
     let opaque = Opaque { prev, next, level: 0, flags: BTP_HALF_DEAD | BTP_LEAF, cycleid: 0 };
     init_page(page, opaque)?;
     bufpage::add_item(page, &top_parent_tuple(topparent), P_HIKEY, false, false)?;
@@ -221,7 +226,10 @@ pub(super) fn tuple_size(t: &[u8]) -> Result<usize, Fault> {
 pub(super) fn first_tuple(data: &[u8]) -> Result<&[u8], Fault> {
     let size = tuple_size(data)?;
     if size < INDEX_TUPLE_HEADER || size > data.len() {
-        return Err(Fault::Malformed(format!("an index tuple of {size} bytes in {} bytes", data.len())));
+        return Err(Fault::Malformed(format!(
+            "an index tuple of {size} bytes in {} bytes",
+            data.len()
+        )));
     }
     Ok(&data[..size])
 }
@@ -251,7 +259,6 @@ pub(super) fn is_posting(t: &[u8]) -> Result<bool, Fault> {
     Ok(t_info(t)? & INDEX_ALT_TID_MASK != 0 && tid_offset(t)? & BT_IS_POSTING != 0)
 }
 
-
 /// A posting list tuple's key size (`BTreeTupleGetPostingOffset`) and TIDs.
 pub(super) struct Posting<'a> {
     pub key_size: usize,
@@ -276,7 +283,10 @@ pub(super) fn posting(t: &[u8]) -> Result<Posting<'_>, Fault> {
     let n = (tid_offset(t)? & BT_OFFSET_MASK) as usize;
     let end = key_size + n * TID_SIZE;
     if key_size < INDEX_TUPLE_HEADER || end > t.len() {
-        return Err(Fault::Page(format!("posting list of {n} TIDs at {key_size} in a {}-byte tuple", t.len())));
+        return Err(Fault::Page(format!(
+            "posting list of {n} TIDs at {key_size} in a {}-byte tuple",
+            t.len()
+        )));
     }
     Ok(Posting { key_size, tids: &t[key_size..end] })
 }
@@ -287,7 +297,9 @@ pub(super) fn form_posting(base: &[u8], tids: &[u8]) -> Result<Vec<u8>, Fault> {
     let key_size = if is_posting(base)? { posting(base)?.key_size } else { tuple_size(base)? };
     let n = tids.len() / TID_SIZE;
     if n == 0 || key_size > base.len() || key_size < INDEX_TUPLE_HEADER {
-        return Err(Fault::Page(format!("cannot form a tuple of {n} TIDs from a {key_size}-byte key")));
+        return Err(Fault::Page(format!(
+            "cannot form a tuple of {n} TIDs from a {key_size}-byte key"
+        )));
     }
     let size = if n > 1 { bufpage::maxalign(key_size + tids.len()) } else { key_size };
     if size > INDEX_SIZE_MASK as usize || n > BT_OFFSET_MASK as usize {
@@ -317,7 +329,10 @@ pub(super) fn restore_page(page: &mut [u8], data: &[u8]) -> Result<(), Fault> {
     while pos < data.len() {
         let size = bufpage::maxalign(tuple_size(&data[pos..])?);
         if size == 0 || pos + size > data.len() {
-            return Err(Fault::Malformed(format!("a {size}-byte tuple at {pos} of {} bytes", data.len())));
+            return Err(Fault::Malformed(format!(
+                "a {size}-byte tuple at {pos} of {} bytes",
+                data.len()
+            )));
         }
         items.push(&data[pos..pos + size]);
         pos += size;

@@ -4,8 +4,8 @@
 //! order keeping the latest image per block; a btree block whose image is
 //! for checking only (not `BKPIMAGE_APPLY`) and whose previous version is
 //! known (an earlier image in the window, or zeros when will_init) is
-//! redone with [`crate::redo::apply`] and compared with the image under
-//! `btree_mask` (`nbtxlog.c`) and `bufmask.c`.
+//! redone with [`crate::redo::apply`] (on the record's stored form) and
+//! compared with the image under `btree_mask` ([`crate::redo::mask`]).
 //!
 //! Windows: the shared fixtures `testdata/wal/*.wal.zst` (all majors,
 //! `wal_consistency_checking = 'all'`), the btree fixtures
@@ -20,40 +20,10 @@ use utils::lsn::Lsn;
 
 use super::record_name;
 use crate::consts::BLCKSZ;
-use crate::page::PageHeader;
+use crate::redo::mask::mask_page;
 use crate::redo::{apply, RedoRecord};
 use crate::wal::{rmgr_id, BlockTag, DecodedWalRecord, WalStreamDecoder};
 use crate::PgMajorVersion;
-
-/// `btree_mask` with the `bufmask.c` helpers it calls (MASK_MARKER is 0).
-pub(super) fn btree_mask(page: &mut [u8]) {
-    let mut h = PageHeader::decode(page);
-    h.lsn = 0;
-    h.checksum = 0;
-    h.prune_xid = 0;
-    h.flags &= !(0x1 | 0x2 | 0x4);
-    h.encode(page);
-    let (lower, upper, special) = (h.lower as usize, h.upper as usize, h.special as usize);
-    if lower > upper || special < upper || lower < 24 || special > BLCKSZ {
-        return;
-    }
-    page[lower..upper].fill(0);
-    if special + 16 > BLCKSZ {
-        return;
-    }
-    let flags = u16::from_le_bytes([page[special + 12], page[special + 13]]);
-    if flags & 1 != 0 {
-        for off in 0..(lower - 24) / 4 {
-            let at = 24 + off * 4;
-            let mut lp = u32::from_le_bytes(page[at..at + 4].try_into().unwrap());
-            lp &= !(0x3 << 15);
-            page[at..at + 4].copy_from_slice(&lp.to_le_bytes());
-        }
-    }
-    let flags = flags & !(0x40 | 0x20);
-    page[special + 12..special + 14].copy_from_slice(&flags.to_le_bytes());
-    page[special + 14..special + 16].fill(0);
-}
 
 /// Per record kind: pages checked, pages that differed, blocks skipped
 /// (previous version unknown).
@@ -74,7 +44,9 @@ fn decode_window(start: Lsn, wal: &[u8], version: PgMajorVersion) -> Vec<Decoded
             Ok(Some(r)) => records.push(r),
             Ok(None) => return records,
             // The zeros after the last record of a window cut at a page end.
-            Err(e) if e.lsn.0 / 8192 + 1 == end / 8192 && e.msg.contains("is zero") => return records,
+            Err(e) if e.lsn.0 / 8192 + 1 == end / 8192 && e.msg.contains("is zero") => {
+                return records
+            }
             Err(e) => panic!("decoding: {e:?}"),
         }
     }
@@ -91,20 +63,31 @@ fn check_block(
 ) -> Result<(), String> {
     let blk = &rec.blocks[i];
     let mut page = prev.to_vec();
-    let redo = RedoRecord::from_decoded(rec, i);
+    // Through the stored form, as the storage engine keeps it.
+    let mut stored = Vec::new();
+    RedoRecord::from_decoded(rec, i).encode(&mut stored);
+    let redo = RedoRecord::decode(&bytes::Bytes::from(stored)).map_err(|e| e.to_string())?;
     apply(&mut page, blk.tag, rec.end_lsn, &redo, version).map_err(|e| e.to_string())?;
     let mut expected = image.to_vec();
-    btree_mask(&mut page);
-    btree_mask(&mut expected);
+    mask_page(&mut page, rmgr_id::BTREE, blk.tag.blkno, version);
+    mask_page(&mut expected, rmgr_id::BTREE, blk.tag.blkno, version);
     if page == expected {
         return Ok(());
     }
     let first = page.iter().zip(&expected).position(|(a, b)| a != b).unwrap_or(0);
-    Err(format!("first difference at byte {first}: ours {:?} theirs {:?}",
-        &page[first..(first + 16).min(BLCKSZ)], &expected[first..(first + 16).min(BLCKSZ)]))
+    Err(format!(
+        "first difference at byte {first}: ours {:?} theirs {:?}",
+        &page[first..(first + 16).min(BLCKSZ)],
+        &expected[first..(first + 16).min(BLCKSZ)]
+    ))
 }
 
-fn check_window(name: &str, start: Lsn, wal: &[u8], version: PgMajorVersion) -> BTreeMap<&'static str, Counts> {
+fn check_window(
+    name: &str,
+    start: Lsn,
+    wal: &[u8],
+    version: PgMajorVersion,
+) -> BTreeMap<&'static str, Counts> {
     let mut pages: HashMap<BlockTag, Vec<u8>> = HashMap::new();
     let mut counts: BTreeMap<&'static str, Counts> = BTreeMap::new();
     let mut failures = Vec::new();
@@ -122,8 +105,12 @@ fn check_window(name: &str, start: Lsn, wal: &[u8], version: PgMajorVersion) -> 
                             c.checked += 1;
                             if let Err(e) = check_block(&rec, i, prev, image, version) {
                                 c.mismatched += 1;
-                                failures.push(format!("{name} {} at {} block {}: {e}",
-                                    record_name(rec.info), rec.lsn, blk.id));
+                                failures.push(format!(
+                                    "{name} {} at {} block {}: {e}",
+                                    record_name(rec.info),
+                                    rec.lsn,
+                                    blk.id
+                                ));
                             }
                         }
                     }
@@ -144,7 +131,10 @@ fn check_window(name: &str, start: Lsn, wal: &[u8], version: PgMajorVersion) -> 
 fn report(name: &str, counts: &BTreeMap<&'static str, Counts>) -> usize {
     let mut bad = 0;
     for (kind, c) in counts {
-        println!("{name}\t{kind}\tchecked {}\tmismatched {}\tskipped {}", c.checked, c.mismatched, c.skipped);
+        println!(
+            "{name}\t{kind}\tchecked {}\tmismatched {}\tskipped {}",
+            c.checked, c.mismatched, c.skipped
+        );
         bad += c.mismatched;
     }
     bad
@@ -171,8 +161,11 @@ fn read_zst(path: &Path) -> Vec<u8> {
 #[test]
 fn shared_fixtures_match_postgres() {
     let mut bad = 0;
-    let mut names: Vec<_> = std::fs::read_dir(testdata()).unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".wal.zst").map(String::from))
+    let mut names: Vec<_> = std::fs::read_dir(testdata())
+        .unwrap()
+        .filter_map(|e| {
+            e.ok()?.file_name().into_string().ok()?.strip_suffix(".wal.zst").map(String::from)
+        })
         .collect();
     names.sort();
     for name in names {
@@ -198,14 +191,31 @@ fn btree_fixtures_match_postgres() {
             continue;
         }
         let start = std::fs::read_to_string(dir.join(format!("{v}-btree.start"))).unwrap();
-        let counts = check_window(v, start.trim().parse().unwrap(), &read_zst(&path), version_of(v));
+        let counts =
+            check_window(v, start.trim().parse().unwrap(), &read_zst(&path), version_of(v));
         bad += report(v, &counts);
         for (kind, c) in counts {
             *seen.entry(kind).or_insert(0) += c.checked;
         }
     }
     assert_eq!(bad, 0, "pages that differ from PostgreSQL's");
-    for kind in ["INSERT_LEAF", "SPLIT_L", "SPLIT_R", "DEDUP", "VACUUM", "NEWROOT"] {
+    // Every kind that touches a page (REUSE_PAGE touches none).
+    for kind in [
+        "INSERT_LEAF",
+        "INSERT_UPPER",
+        "INSERT_META",
+        "INSERT_POST",
+        "SPLIT_L",
+        "SPLIT_R",
+        "DEDUP",
+        "VACUUM",
+        "DELETE",
+        "MARK_PAGE_HALFDEAD",
+        "UNLINK_PAGE",
+        "UNLINK_PAGE_META",
+        "NEWROOT",
+        "META_CLEANUP",
+    ] {
         assert!(seen.get(kind).copied().unwrap_or(0) > 0, "no {kind} checked");
     }
 }

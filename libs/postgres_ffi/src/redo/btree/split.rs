@@ -37,7 +37,12 @@ impl XlSplit {
     }
 }
 
-pub(super) fn split(page: &mut [u8], ctx: &Ctx, block: u8, newitemonleft: bool) -> Result<(), Fault> {
+pub(super) fn split(
+    page: &mut [u8],
+    ctx: &Ctx,
+    block: u8,
+    newitemonleft: bool,
+) -> Result<(), Fault> {
     let xl = XlSplit::decode(&ctx.rec.main_data)?;
     match block {
         0 => left_page(page, ctx, &xl, newitemonleft),
@@ -72,10 +77,14 @@ fn left_data(page: &[u8], ctx: &Ctx, xl: &XlSplit, newitemonleft: bool) -> Resul
     let (mut newitem, mut nposting) = (None, None);
     if newitemonleft || xl.postingoff != 0 {
         let size = bufpage::maxalign(page::first_tuple(data)?.len());
-        let mut item = data.get(..size).ok_or_else(|| Fault::Malformed("split new item".into()))?.to_vec();
+        let mut item =
+            data.get(..size).ok_or_else(|| Fault::Malformed("split new item".into()))?.to_vec();
         data = &data[size..];
         if xl.postingoff != 0 {
-            let off = xl.newitemoff.checked_sub(1).ok_or_else(|| Fault::Malformed("newitemoff 0".into()))?;
+            let off = xl
+                .newitemoff
+                .checked_sub(1)
+                .ok_or_else(|| Fault::Malformed("newitemoff 0".into()))?;
             let np = swap_posting(&mut item, bufpage::item(page, off)?, xl.postingoff as usize)?;
             nposting = Some((off, np));
         }
@@ -83,7 +92,10 @@ fn left_data(page: &[u8], ctx: &Ctx, xl: &XlSplit, newitemonleft: bool) -> Resul
     }
     let size = bufpage::maxalign(page::first_tuple(data)?.len());
     if size != data.len() {
-        return Err(Fault::Malformed(format!("split left data: {} bytes after the high key", data.len())));
+        return Err(Fault::Malformed(format!(
+            "split left data: {} bytes after the high key",
+            data.len()
+        )));
     }
     Ok(LeftData { newitem, nposting, hikey: data.to_vec() })
 }

@@ -16,7 +16,7 @@
 //! (multi-insert only).
 
 use super::htup::{build_tuple, page_set_all_visible, XlHeader, XL_HEAP_HEADER_LEN};
-use super::{block_no, Bytes, XLOG_HEAP_INIT_PAGE};
+use super::{block_no, Fields, XLOG_HEAP_INIT_PAGE};
 use crate::redo::bufpage;
 use crate::redo::{Ctx, Fault};
 
@@ -28,7 +28,7 @@ const MULTI_INSERT_TUPLE_LEN: usize = 7;
 
 /// Redo of Heap INSERT on block 0.
 pub(super) fn insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let main = Bytes { b: &ctx.rec.main_data, what: "Heap INSERT main data" };
+    let main = Fields { b: &ctx.rec.main_data, what: "Heap INSERT main data" };
     let (offnum, flags) = (main.u16(0)?, main.u8(2)?);
     if ctx.rec.info & XLOG_HEAP_INIT_PAGE != 0 {
         bufpage::page_init(page, 0);
@@ -66,14 +66,14 @@ pub(crate) struct MultiInsert<'a> {
     pub flags: u8,
     pub ntuples: u16,
     /// The logged offsets (empty with INIT_PAGE).
-    pub offsets: Bytes<'a>,
+    pub offsets: Fields<'a>,
 }
 
 impl MultiInsert<'_> {
     pub fn decode(main: &[u8], init: bool) -> Result<MultiInsert<'_>, Fault> {
-        let m = Bytes { b: main, what: "Heap2 MULTI_INSERT main data" };
+        let m = Fields { b: main, what: "Heap2 MULTI_INSERT main data" };
         let (flags, ntuples) = (m.u8(0)?, m.u16(2)?);
-        let offsets = Bytes { b: &main[4..], what: "Heap2 MULTI_INSERT offsets" };
+        let offsets = Fields { b: &main[4..], what: "Heap2 MULTI_INSERT offsets" };
         if !init {
             offsets.need(2 * ntuples as usize)?;
         }
@@ -101,7 +101,7 @@ pub(crate) fn multi_insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     for i in 0..rec.ntuples {
         let offnum = rec.offset(i, init)?;
         at += at & 1;
-        let d = Bytes { b: data.get(at..).unwrap_or(&[]), what: "Heap2 MULTI_INSERT tuple" };
+        let d = Fields { b: data.get(at..).unwrap_or(&[]), what: "Heap2 MULTI_INSERT tuple" };
         d.need(MULTI_INSERT_TUPLE_LEN)?;
         let datalen = d.u16(0)? as usize;
         let header = XlHeader::decode(&d.b[2..])?;

@@ -152,7 +152,7 @@ fn insert_init_page() {
 #[test]
 fn insert_clears_all_visible_and_checks_offset() {
     let old = tuple(5, 0, (3, 1), 1, XMAX_INVALID, &[1, 2, 3, 4]);
-    let mut page = page_with(&[old.clone()]);
+    let mut page = page_with(std::slice::from_ref(&old));
     set_header(&mut page, |h| h.flags = 0x4);
     let mut data = xl_header(1, XMAX_INVALID, 24);
     data.extend_from_slice(&[0, 9, 9]);

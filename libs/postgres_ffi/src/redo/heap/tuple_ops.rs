@@ -13,7 +13,7 @@
 //! `pd_prune_xid` / `PD_ALL_VISIBLE` (DELETE) changes.
 
 use super::htup::{self, normal_tuple_mut, HEAP_HOT_UPDATED};
-use super::Bytes;
+use super::Fields;
 use crate::redo::{Ctx, Fault};
 
 const XLH_DELETE_ALL_VISIBLE_CLEARED: u8 = 0x01;
@@ -30,7 +30,7 @@ struct XmaxRecord {
 
 impl XmaxRecord {
     fn decode(main: &[u8], what: &'static str) -> Result<XmaxRecord, Fault> {
-        let m = Bytes { b: main, what };
+        let m = Fields { b: main, what };
         m.need(8)?;
         Ok(XmaxRecord { xmax: m.u32(0)?, offnum: m.u16(4)?, infobits: m.u8(6)?, flags: m.u8(7)? })
     }
@@ -86,7 +86,7 @@ pub(crate) fn lock_updated(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 /// Redo of Heap CONFIRM on block 0: the speculative token in t_ctid
 /// becomes the tuple's own TID.
 pub(super) fn confirm(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let offnum = Bytes { b: &ctx.rec.main_data, what: "Heap CONFIRM main data" }.u16(0)?;
+    let offnum = Fields { b: &ctx.rec.main_data, what: "Heap CONFIRM main data" }.u16(0)?;
     let t = normal_tuple_mut(page, offnum)?;
     htup::set_ctid(t, ctx.tag.blkno, offnum);
     Ok(())
@@ -95,7 +95,7 @@ pub(super) fn confirm(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 /// Redo of Heap INPLACE on block 0: the tuple's data after `t_hoff` is
 /// replaced by the block data, which must be exactly as long.
 pub(super) fn inplace(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let offnum = Bytes { b: &ctx.rec.main_data, what: "Heap INPLACE main data" }.u16(0)?;
+    let offnum = Fields { b: &ctx.rec.main_data, what: "Heap INPLACE main data" }.u16(0)?;
     let t = normal_tuple_mut(page, offnum)?;
     let hoff = htup::hoff(t) as usize;
     let new = &ctx.rec.block_data[..];

@@ -19,7 +19,7 @@
 use super::htup::{self, build_tuple, normal_tuple_mut, XlHeader, HEADER_LEN};
 use super::htup::{HEAP_HOT_UPDATED, XL_HEAP_HEADER_LEN};
 use super::insert::put_tuple;
-use super::{block_no, Bytes, XLOG_HEAP_INIT_PAGE};
+use super::{block_no, Fields, XLOG_HEAP_INIT_PAGE};
 use crate::redo::bufpage;
 use crate::redo::{Ctx, Fault};
 
@@ -39,7 +39,7 @@ pub(crate) struct XlUpdate {
 
 impl XlUpdate {
     pub fn decode(main: &[u8]) -> Result<XlUpdate, Fault> {
-        let m = Bytes { b: main, what: "Heap UPDATE main data" };
+        let m = Fields { b: main, what: "Heap UPDATE main data" };
         m.need(14)?;
         Ok(XlUpdate {
             old_xmax: m.u32(0)?,
@@ -97,7 +97,7 @@ fn old_tuple(
 }
 
 fn new_tuple(page: &mut [u8], ctx: &Ctx, rec: &XlUpdate, same_page: bool) -> Result<(), Fault> {
-    let data = Bytes { b: &ctx.rec.block_data, what: "Heap UPDATE new tuple" };
+    let data = Fields { b: &ctx.rec.block_data, what: "Heap UPDATE new tuple" };
     let mut at = 0;
     let mut lens = [0usize; 2];
     for (i, flag) in

@@ -19,7 +19,7 @@
 
 use super::update::{new_and_old_blocks, XlUpdate};
 use super::update::{XLH_UPDATE_NEW_ALL_VISIBLE_CLEARED, XLH_UPDATE_OLD_ALL_VISIBLE_CLEARED};
-use super::{block_no, has_vm_block_refs, Bytes};
+use super::{block_no, has_vm_block_refs, Fields};
 use crate::records::{vm_clear_flags, VM_HEAPBLOCKS_PER_PAGE};
 use crate::redo::{Ctx, Fault};
 
@@ -51,7 +51,7 @@ pub(crate) fn clear_for_block0(
     bits: u8,
 ) -> Result<(), Fault> {
     expect_vm_block(ctx, what, &[1])?;
-    let flags = Bytes { b: main, what }.u8(flag_at)?;
+    let flags = Fields { b: main, what }.u8(flag_at)?;
     if flags & XLH_ALL_VISIBLE_CLEARED == 0 {
         return Err(Fault::Malformed(format!("{what}: a VM block but no VM bits cleared")));
     }

@@ -30,7 +30,7 @@
 
 use crate::redo::bufpage::{self, ItemId, LP_DEAD, LP_REDIRECT, LP_UNUSED};
 use crate::redo::heap::normal_tuple_mut;
-use crate::redo::heap::Bytes;
+use crate::redo::heap::Fields;
 use crate::redo::{Ctx, Fault};
 use crate::PgMajorVersion;
 
@@ -46,7 +46,7 @@ const FREEZE_PLAN_LEN: usize = 12;
 
 /// Offsets as logged (little-endian u16s).
 fn offsets(b: &[u8], what: &str) -> Result<Vec<u16>, Fault> {
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return Err(Fault::Malformed(format!("{what}: {} bytes of offsets", b.len())));
     }
     Ok(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
@@ -107,7 +107,7 @@ fn freeze_tuple(page: &mut [u8], off: u16, plan: FreezePlan) -> Result<(), Fault
 }
 
 /// 16-18's 12-byte plan: xmax, infomask2, infomask, frzflags, pad, ntuples.
-fn decode_plans(b: &Bytes, nplans: usize) -> Result<Vec<(FreezePlan, u16)>, Fault> {
+fn decode_plans(b: &Fields, nplans: usize) -> Result<Vec<(FreezePlan, u16)>, Fault> {
     b.need(nplans * FREEZE_PLAN_LEN)?;
     (0..nplans)
         .map(|i| {
@@ -149,7 +149,7 @@ fn execute_plans(
 
 /// 15/16 PRUNE.
 pub(super) fn prune_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let main = Bytes { b: &ctx.rec.main_data, what: "Heap2 PRUNE main data" };
+    let main = Fields { b: &ctx.rec.main_data, what: "Heap2 PRUNE main data" };
     main.need(if ctx.version == PgMajorVersion::V15 { 8 } else { 9 })?;
     let (nredirected, ndead) = (main.u16(4)? as usize, main.u16(6)? as usize);
     let all = offsets(&ctx.rec.block_data, "Heap2 PRUNE")?;
@@ -166,7 +166,7 @@ pub(super) fn prune_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// 15/16 VACUUM.
 pub(super) fn vacuum_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let nunused = Bytes { b: &ctx.rec.main_data, what: "Heap2 VACUUM main data" }.u16(0)?;
+    let nunused = Fields { b: &ctx.rec.main_data, what: "Heap2 VACUUM main data" }.u16(0)?;
     let all = offsets(&ctx.rec.block_data, "Heap2 VACUUM")?;
     let Some(unused) = all.get(..nunused as usize) else {
         return Err(Fault::Malformed(format!("Heap2 VACUUM: {} of {nunused} offsets", all.len())));
@@ -180,9 +180,9 @@ pub(super) fn vacuum_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// 15/16 FREEZE_PAGE.
 pub(super) fn freeze_page_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let main = Bytes { b: &ctx.rec.main_data, what: "Heap2 FREEZE_PAGE main data" };
+    let main = Fields { b: &ctx.rec.main_data, what: "Heap2 FREEZE_PAGE main data" };
     let n = main.u16(4)? as usize;
-    let data = Bytes { b: &ctx.rec.block_data, what: "Heap2 FREEZE_PAGE block data" };
+    let data = Fields { b: &ctx.rec.block_data, what: "Heap2 FREEZE_PAGE block data" };
     if ctx.version == PgMajorVersion::V16 {
         main.need(7)?;
         let plans = decode_plans(&data, n)?;
@@ -205,14 +205,14 @@ pub(super) fn freeze_page_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// 17/18 PRUNE_ON_ACCESS, PRUNE_VACUUM_SCAN, PRUNE_VACUUM_CLEANUP.
 pub(super) fn prune_freeze_v17(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let flags = Bytes { b: &ctx.rec.main_data, what: "Heap2 PRUNE main data" }.u8(1)?;
+    let flags = Fields { b: &ctx.rec.main_data, what: "Heap2 PRUNE main data" }.u8(1)?;
     let data = &ctx.rec.block_data[..];
     let mut at = 0usize;
     let mut plans = Vec::new();
     if flags & XLHP_HAS_FREEZE_PLANS != 0 {
-        let b = Bytes { b: data, what: "Heap2 PRUNE freeze plans" };
+        let b = Fields { b: data, what: "Heap2 PRUNE freeze plans" };
         let nplans = b.u16(0)? as usize;
-        plans = decode_plans(&Bytes { b: &data[4.min(data.len())..], what: b.what }, nplans)?;
+        plans = decode_plans(&Fields { b: &data[4.min(data.len())..], what: b.what }, nplans)?;
         at = 4 + nplans * FREEZE_PLAN_LEN;
     }
     let mut parts: [Vec<u16>; 3] = Default::default();
@@ -222,7 +222,7 @@ pub(super) fn prune_freeze_v17(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> 
         if flags & flag == 0 {
             continue;
         }
-        let b = Bytes { b: data.get(at..).unwrap_or(&[]), what: "Heap2 PRUNE items" };
+        let b = Fields { b: data.get(at..).unwrap_or(&[]), what: "Heap2 PRUNE items" };
         let n = b.u16(0)? as usize * per;
         b.need(2 + 2 * n)?;
         *part = offsets(&b.b[2..2 + 2 * n], b.what)?;

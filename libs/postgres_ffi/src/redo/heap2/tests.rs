@@ -193,7 +193,7 @@ fn visible_sets_page_flag_and_vm_bits() {
 #[test]
 fn multi_insert_with_offsets_and_init() {
     let existing = tuple(5, 0, (3, 1), 2, XMAX_INVALID, b"old");
-    let mut page = page_with(&[existing.clone()]);
+    let mut page = page_with(std::slice::from_ref(&existing));
     // flags ALL_FROZEN_SET, ntuples 2, offsets 2, 3.
     let mut main = vec![0x20, 0];
     main.extend_from_slice(&le16(&[2, 2, 3]));

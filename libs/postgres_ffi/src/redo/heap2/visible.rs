@@ -16,11 +16,11 @@ use crate::records::{VM_BITS_PER_HEAPBLOCK, VM_HEAPBLOCKS_PER_BYTE, VM_HEAPBLOCK
 use crate::redo::bufpage;
 use crate::redo::heap::htup::page_set_all_visible;
 use crate::redo::heap::vm::VISIBILITYMAP_VALID_BITS;
-use crate::redo::heap::{block_no, Bytes};
+use crate::redo::heap::{block_no, Fields};
 use crate::redo::{Ctx, Fault};
 
 pub(super) fn visible(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let flags = Bytes { b: &ctx.rec.main_data, what: "Heap2 VISIBLE main data" }.u8(4)?;
+    let flags = Fields { b: &ctx.rec.main_data, what: "Heap2 VISIBLE main data" }.u8(4)?;
     match (ctx.rec.target, ctx.tag.fork) {
         (1, MAIN_FORKNUM) => {
             page_set_all_visible(page, true);

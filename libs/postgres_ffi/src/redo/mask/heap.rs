@@ -1,5 +1,5 @@
-//! `heap_mask` (heap and heap2 rmgrs; `heapam.c` in 15-16, `heapam_xlog.c`
-//! in 17-18, the same in all four): header hints, the hole, and per tuple
+//! `heap_mask` (heap and heap2 rmgrs; `heapam.c` in 15-17, `heapam_xlog.c`
+//! in 18, the same in all four): header hints, the hole, and per tuple
 //! the hint bits of `t_infomask`, `t_cid`, a speculative insertion's
 //! `t_ctid`, and the padding after each item up to its `MAXALIGN`ed length.
 //!
