@@ -8,7 +8,7 @@
 //!
 //! Inputs, rmgr-agnostic (whatever `apply` dispatches to is covered):
 //! - every block of every record of the real-WAL fixtures (15-18, every
-//!   `testdata/wal/pgNN-*.wal.zst`), made with `RedoRecord::from_decoded`,
+//!   `testdata/wal/{,btree/}pgNN-*.wal.zst`), made with `RedoRecord::from_decoded`,
 //!   unmutated, on the block's page before the record (its previous image
 //!   in the fixture, zeros for `will_init`) and on the record's own image;
 //! - one random record for every rmgr id 0..=21 and every `xl_info`;
@@ -25,6 +25,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,17 +40,18 @@ use rand::{Rng, SeedableRng};
 use utils::lsn::Lsn;
 
 /// Every fixture `testdata/wal/pgNN-*.wal.zst`, with its major.
-fn fixtures() -> Vec<(String, PgMajorVersion)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
-    let mut out: Vec<(String, PgMajorVersion)> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
+fn fixtures() -> Vec<(PathBuf, PgMajorVersion)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
+    let mut out: Vec<(PathBuf, PgMajorVersion)> = Vec::new();
+    for d in [dir.clone(), dir.join("btree")] {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        out.extend(entries.filter_map(|e| {
             let name = e.unwrap().file_name().into_string().ok()?;
-            let stem = name.strip_suffix(".wal.zst")?.to_string();
+            let stem = name.strip_suffix(".wal.zst")?;
             let major = stem.strip_prefix("pg")?.get(..2)?.parse().ok()?;
-            Some((stem, PgMajorVersion::new(major).ok()?))
-        })
-        .collect();
+            Some((d.join(stem), PgMajorVersion::new(major).ok()?))
+        }));
+    }
     out.sort();
     assert!(out.len() >= 12, "fixtures: {out:?}");
     out
@@ -76,11 +78,15 @@ struct Corpus {
     pages_by_rmid: Vec<Vec<usize>>,
 }
 
-fn fixture_files(name: &str) -> (Lsn, Vec<u8>) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
-    let tsv = std::fs::read_to_string(dir.join(format!("{name}.tsv"))).unwrap();
-    let start = tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap().parse().unwrap();
-    let compressed = std::fs::read(dir.join(format!("{name}.wal.zst"))).unwrap();
+/// A fixture's start LSN (its `.tsv`'s first line, or its `.start`) and WAL.
+fn fixture_files(stem: &Path) -> (Lsn, Vec<u8>) {
+    let with = |ext: &str| PathBuf::from(format!("{}.{ext}", stem.display()));
+    let start = match std::fs::read_to_string(with("tsv")) {
+        Ok(tsv) => tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap().to_string(),
+        Err(_) => std::fs::read_to_string(with("start")).unwrap().trim().to_string(),
+    };
+    let start = start.parse().unwrap();
+    let compressed = std::fs::read(with("wal.zst")).unwrap();
     (start, zstd::stream::decode_all(&compressed[..]).unwrap())
 }
 
@@ -95,7 +101,8 @@ fn load_corpus() -> Corpus {
         let mut decoder = WalStreamDecoder::new(start, version);
         decoder.feed_bytes(&wal);
         let mut last_image: HashMap<BlockTag, usize> = HashMap::new();
-        while let Some(rec) = decoder.poll_decode().unwrap() {
+        // A fixture cut from a whole segment ends in zeros: stop there.
+        while let Ok(Some(rec)) = decoder.poll_decode() {
             for (i, b) in rec.blocks.iter().enumerate() {
                 let after = b.image.as_ref().map(|image| {
                     c.pages.push(Arc::new(image.restore().unwrap().to_vec()));
