@@ -56,8 +56,11 @@ pub(super) fn swap_posting(
     if postingoff == 0 || postingoff >= n {
         return Err(Fault::Page(format!("posting list of {n} TIDs split at {postingoff}")));
     }
-    if newitem.len() < TID_SIZE || size > oposting.len() {
+    if newitem.len() < TID_SIZE {
         return Err(Fault::Malformed("posting split new item too short".into()));
+    }
+    if size > oposting.len() || p.key_size + n * TID_SIZE > size {
+        return Err(Fault::Page(format!("posting list tuple of {size} bytes holds {n} TIDs")));
     }
     let mut nposting = oposting[..size].to_vec();
     let at = p.key_size + postingoff * TID_SIZE;

@@ -296,7 +296,11 @@ pub(super) fn posting(t: &[u8]) -> Result<Posting<'_>, Fault> {
 pub(super) fn form_posting(base: &[u8], tids: &[u8]) -> Result<Vec<u8>, Fault> {
     let key_size = if is_posting(base)? { posting(base)?.key_size } else { tuple_size(base)? };
     let n = tids.len() / TID_SIZE;
-    if n == 0 || key_size > base.len() || key_size < INDEX_TUPLE_HEADER {
+    if n == 0
+        || !tids.len().is_multiple_of(TID_SIZE)
+        || key_size > base.len()
+        || key_size < INDEX_TUPLE_HEADER
+    {
         return Err(Fault::Page(format!(
             "cannot form a tuple of {n} TIDs from a {key_size}-byte key"
         )));

@@ -525,3 +525,16 @@ fn deleted_page_and_metapage_contents_are_not_line_pointers() {
     run(&mut meta, &rec, PgMajorVersion::V18).unwrap();
     check_meta(&meta, 0x0003_8000, 2);
 }
+
+#[test]
+fn posting_lists_that_do_not_fit_their_tuple_are_faults() {
+    // t_info says 16 bytes, the posting list claims 3 TIDs after 16.
+    let mut bogus = posting_tuple(7, &[(1, 1), (1, 3), (1, 5)]);
+    bogus[6..8].copy_from_slice(&(16u16 | 0x2000).to_le_bytes());
+    let mut page = btree_page(leaf(0, 0), &[bogus]);
+    let mut data = 1u16.to_le_bytes().to_vec();
+    data.extend(tuple(1, 2, 7));
+    let rec = record(0x50, 0, &[(0, 3, false)], &data, &2u16.to_le_bytes());
+    assert!(matches!(run(&mut page, &rec, PgMajorVersion::V16), Err(Fault::Page(_))));
+    assert!(form_posting(&tuple(0, 0, 1), &[0; 7]).is_err());
+}
