@@ -3,12 +3,12 @@
 //! hang (a watchdog aborts with the input after `REDO_FUZZ_STALL_SECS`,
 //! default 60), and after every `Ok` the page is still `BLCKSZ` bytes,
 //! carries the record's LSN and keeps `bufpage::check_invariants`
-//! (`bufpage::check_header` for Generic, whose pages need not have line
-//! pointers).
+//! (`bufpage::check_header` for pages without line pointers: Generic's,
+//! btree's metapage).
 //!
 //! Inputs, rmgr-agnostic (whatever `apply` dispatches to is covered):
 //! - every block of every record of the real-WAL fixtures (15-18, every
-//!   `testdata/wal/pgNN-*.wal.zst`), made with `RedoRecord::from_decoded`,
+//!   `testdata/wal/{,btree/}pgNN-*.wal.zst`), made with `RedoRecord::from_decoded`,
 //!   unmutated, on the block's page before the record (its previous image
 //!   in the fixture, zeros for `will_init`) and on the record's own image;
 //! - one random record for every rmgr id 0..=21 and every `xl_info`;
@@ -16,13 +16,16 @@
 //!   with byte mutations (flip, set, truncate, extend, splice, insert,
 //!   delete, interesting 16/32-bit values) of block data, main data, info,
 //!   version, target and page; and fully random records on real, empty,
-//!   zero and garbage pages. Input `i` is generated from seed
-//!   `REDO_FUZZ_SEED + i` (default seed 0), printed with any failure;
+//!   zero and garbage pages; one in eight goes through its stored form
+//!   (`RedoRecord::encode`, mutated, `RedoRecord::decode`). Input `i` is
+//!   generated from seed `REDO_FUZZ_SEED + i` (default seed 0), printed
+//!   with any failure;
 //!   `REDO_FUZZ_SEED=<that> REDO_FUZZ_ITERATIONS=1` replays it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,17 +40,18 @@ use rand::{Rng, SeedableRng};
 use utils::lsn::Lsn;
 
 /// Every fixture `testdata/wal/pgNN-*.wal.zst`, with its major.
-fn fixtures() -> Vec<(String, PgMajorVersion)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
-    let mut out: Vec<(String, PgMajorVersion)> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
+fn fixtures() -> Vec<(PathBuf, PgMajorVersion)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
+    let mut out: Vec<(PathBuf, PgMajorVersion)> = Vec::new();
+    for d in [dir.clone(), dir.join("btree")] {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        out.extend(entries.filter_map(|e| {
             let name = e.unwrap().file_name().into_string().ok()?;
-            let stem = name.strip_suffix(".wal.zst")?.to_string();
+            let stem = name.strip_suffix(".wal.zst")?;
             let major = stem.strip_prefix("pg")?.get(..2)?.parse().ok()?;
-            Some((stem, PgMajorVersion::new(major).ok()?))
-        })
-        .collect();
+            Some((d.join(stem), PgMajorVersion::new(major).ok()?))
+        }));
+    }
     out.sort();
     assert!(out.len() >= 12, "fixtures: {out:?}");
     out
@@ -74,11 +78,15 @@ struct Corpus {
     pages_by_rmid: Vec<Vec<usize>>,
 }
 
-fn fixture_files(name: &str) -> (Lsn, Vec<u8>) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
-    let tsv = std::fs::read_to_string(dir.join(format!("{name}.tsv"))).unwrap();
-    let start = tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap().parse().unwrap();
-    let compressed = std::fs::read(dir.join(format!("{name}.wal.zst"))).unwrap();
+/// A fixture's start LSN (its `.tsv`'s first line, or its `.start`) and WAL.
+fn fixture_files(stem: &Path) -> (Lsn, Vec<u8>) {
+    let with = |ext: &str| PathBuf::from(format!("{}.{ext}", stem.display()));
+    let start = match std::fs::read_to_string(with("tsv")) {
+        Ok(tsv) => tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap().to_string(),
+        Err(_) => std::fs::read_to_string(with("start")).unwrap().trim().to_string(),
+    };
+    let start = start.parse().unwrap();
+    let compressed = std::fs::read(with("wal.zst")).unwrap();
     (start, zstd::stream::decode_all(&compressed[..]).unwrap())
 }
 
@@ -93,7 +101,8 @@ fn load_corpus() -> Corpus {
         let mut decoder = WalStreamDecoder::new(start, version);
         decoder.feed_bytes(&wal);
         let mut last_image: HashMap<BlockTag, usize> = HashMap::new();
-        while let Some(rec) = decoder.poll_decode().unwrap() {
+        // A fixture cut from a whole segment ends in zeros: stop there.
+        while let Ok(Some(rec)) = decoder.poll_decode() {
             for (i, b) in rec.blocks.iter().enumerate() {
                 let after = b.image.as_ref().map(|image| {
                     c.pages.push(Arc::new(image.restore().unwrap().to_vec()));
@@ -130,6 +139,9 @@ struct Case {
     page: Vec<u8>,
     /// How it was made, for the report.
     how: String,
+    /// The record's stored form, mutated: decoded (inside the panic
+    /// guard) and applied instead of `rec` when present.
+    stored: Option<Vec<u8>>,
 }
 
 impl Case {
@@ -143,8 +155,10 @@ impl Case {
             }
         };
         let h = postgres_ffi::page::PageHeader::decode(&self.page);
+        let stored =
+            self.stored.as_ref().map(|b| format!(" stored form [{}]", hex(b))).unwrap_or_default();
         format!(
-            "{}: rmgr {} ({}) info {:#04x} {:?} target {} blocks {:?} lsn {} block_data [{}] main_data [{}] page lower {} upper {} special {}",
+            "{}: rmgr {} ({}) info {:#04x} {:?} target {} blocks {:?} lsn {} block_data [{}] main_data [{}] page lower {} upper {} special {}{stored}",
             self.how,
             self.rec.rmid,
             rmgr_name(self.rec.rmid),
@@ -343,7 +357,7 @@ fn mutated_real(rng: &mut StdRng, c: &Corpus) -> Case {
             }
         }
     }
-    Case { rec, tag, lsn: b.lsn, version, page, how }
+    Case { rec, tag, lsn: b.lsn, version, page, how, stored: None }
 }
 
 /// Random bytes, many of them small 16-bit numbers (plausible offsets).
@@ -395,23 +409,46 @@ fn random_record(rng: &mut StdRng, c: &Corpus, rmid: u8, info: u8) -> Case {
     let (page, what) = any_page(rng, c, rmid);
     let version = PgMajorVersion::ALL[rng.gen_range(0..4)];
     let lsn = Lsn(rng.gen_range(0x0100_0000..0x1_0000_0000u64) & !7);
-    Case { rec, tag: target.tag, lsn, version, page, how: format!("random record on {what}") }
+    let how = format!("random record on {what}");
+    Case { rec, tag: target.tag, lsn, version, page, how, stored: None }
 }
 
 fn fuzz_case(seed: u64, c: &Corpus) -> Case {
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut case = plain_case(&mut rng, c);
+    if rng.gen_bool(0.125) {
+        let mut stored = Vec::new();
+        case.rec.encode(&mut stored);
+        for _ in 0..rng.gen_range(0..4) {
+            mutate_bytes(&mut rng, &mut stored, &[]);
+        }
+        case.stored = Some(stored);
+        case.how.push_str(", through its stored form");
+    }
+    case
+}
+
+fn plain_case(rng: &mut StdRng, c: &Corpus) -> Case {
     match rng.gen_range(0..10) {
-        0..=5 => mutated_real(&mut rng, c),
+        0..=5 => mutated_real(rng, c),
         6 => {
             let b = &c.blocks[rng.gen_range(0..c.blocks.len())];
-            let (page, what) = any_page(&mut rng, c, b.rec.rmid);
+            let (page, what) = any_page(rng, c, b.rec.rmid);
             let how = format!("real record on {what}");
-            Case { rec: b.rec.clone(), tag: b.tag, lsn: b.lsn, version: b.version, page, how }
+            Case {
+                rec: b.rec.clone(),
+                tag: b.tag,
+                lsn: b.lsn,
+                version: b.version,
+                page,
+                how,
+                stored: None,
+            }
         }
         _ => {
             let rmid = rng.gen_range(0..N_RMGRS);
             let info = rng.gen();
-            random_record(&mut rng, c, rmid, info)
+            random_record(rng, c, rmid, info)
         }
     }
 }
@@ -464,17 +501,23 @@ fn run_case(case: &Case, label: &str, tally: &mut Tally, progress: &Progress) {
     let mut page = case.page.clone();
     IN_FUZZ.with(|f| f.set(true));
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
-        apply(&mut page, case.tag, case.lsn, &case.rec, case.version)
+        let rec = match &case.stored {
+            Some(stored) => RedoRecord::decode(&Bytes::copy_from_slice(stored)).ok()?,
+            None => case.rec.clone(),
+        };
+        let result = apply(&mut page, case.tag, case.lsn, &rec, case.version);
+        Some((rec, result))
     }));
     IN_FUZZ.with(|f| f.set(false));
     tally.inputs += 1;
     match result {
+        Ok(None) => *tally.faults.entry("stored form refused").or_default() += 1,
         Err(_) => {
             let msg = LAST_PANIC.with(|p| p.borrow_mut().take()).unwrap_or_default();
             let key = msg.lines().next().unwrap_or("panic").to_string();
             tally.fail(format!("panic: {key}"), format!("{label} {}", case.describe()));
         }
-        Ok(Err(e)) => {
+        Ok(Some((_, Err(e)))) => {
             let kind = match e.fault {
                 Fault::Malformed(_) => "malformed",
                 Fault::Page(_) => "page",
@@ -482,8 +525,8 @@ fn run_case(case: &Case, label: &str, tally: &mut Tally, progress: &Progress) {
             };
             *tally.faults.entry(kind).or_default() += 1;
         }
-        Ok(Ok(())) => {
-            *tally.ok.entry(rmgr_name(case.rec.rmid)).or_default() += 1;
+        Ok(Some((rec, Ok(())))) => {
+            *tally.ok.entry(rmgr_name(rec.rmid)).or_default() += 1;
             let broken = if page.len() != BLCKSZ {
                 Some(format!("page is {} bytes", page.len()))
             } else if page_lsn(&page) != case.lsn.0 {
@@ -556,6 +599,7 @@ fn redo_never_panics_and_keeps_page_invariants() {
                 version: b.version,
                 page,
                 how: how.into(),
+                stored: None,
             };
             run_case(&case, &format!("real block #{i}"), &mut tally, &progress);
         }

@@ -2,9 +2,10 @@
 //! on a `BLCKSZ` byte slice, with 1-based offsets like `OffsetNumber`.
 //!
 //! Per major: these routines and layouts are the same in 15, 16, 17 and 18
-//! (the 15 → 18 diff of `bufpage.c` is constness and comments only). A line
-//! pointer (`ItemIdData`) is one little-endian `u32`: `lp_off` in bits
-//! 0-14, `lp_flags` in bits 15-16, `lp_len` in bits 17-31.
+//! (the 15 → 18 diff of `bufpage.c` is constness and comments only, and
+//! heap and btree redo built on them match the 16 and 17 fixtures' images
+//! too). A line pointer (`ItemIdData`) is one little-endian `u32`:
+//! `lp_off` in bits 0-14, `lp_flags` in bits 15-16, `lp_len` in bits 17-31.
 //!
 //! Invariants:
 //! - nothing here panics or touches a byte outside the slice: where
@@ -17,6 +18,10 @@
 //!   the bytes it leaves stale (a line pointer slot dropped off the end of
 //!   the array, the hole left by compaction) and the hint bit
 //!   `PD_HAS_FREE_LINES`;
+//! - stricter than PostgreSQL only where it merely asserts or would read
+//!   past the page: an index tuple change on a line pointer without
+//!   storage, an item ending past the page in compaction, and
+//!   [`item`]/[`item_mut`] outside `[pd_upper, pd_special)` are faults;
 //! - [`check_invariants`] is what every page with line pointers must
 //!   satisfy after redo; [`check_header`] what any page must.
 

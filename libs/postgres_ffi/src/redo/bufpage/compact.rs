@@ -204,7 +204,8 @@ pub fn truncate_line_pointer_array(page: &mut [u8]) {
 /// `PageIndexMultiDelete`: remove the items at `offs` (ascending) from an
 /// index page, closing up both the line pointer array and the tuple space.
 /// Up to two offsets are deleted one by one, last first
-/// (`PageIndexTupleDelete`), as PostgreSQL does.
+/// (`PageIndexTupleDelete`), as PostgreSQL does. Every line pointer must
+/// have storage (PostgreSQL asserts it).
 pub fn index_multi_delete(page: &mut [u8], offs: &[u16]) -> Result<(), Fault> {
     if offs.len() <= 2 {
         for &off in offs.iter().rev() {
@@ -221,7 +222,7 @@ pub fn index_multi_delete(page: &mut [u8], offs: &[u16]) -> Result<(), Fault> {
     for off in 1..=max_offset(page) {
         let id = read_lp(page, off)?;
         let (start, end) = (id.off as usize, id.off as usize + id.len as usize);
-        if start < upper || end > special || maxalign(start) != start {
+        if !id.has_storage() || start < upper || end > special || maxalign(start) != start {
             return Err(Fault::Page(format!("corrupted line pointer {off}: {id:?}")));
         }
         if offs.get(next) == Some(&off) {

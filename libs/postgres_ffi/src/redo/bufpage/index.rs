@@ -5,8 +5,8 @@
 //! Invariants: the tuple space stays packed (the data between `pd_upper`
 //! and the changed item moves by the item's aligned size change, and the
 //! line pointers into it follow, their 15-bit `lp_off` wrapping as C's
-//! bitfield does); the target item must lie maxaligned inside
-//! `[pd_upper, pd_special)` or nothing changes.
+//! bitfield does); the target item must have storage and lie maxaligned
+//! inside `[pd_upper, pd_special)`, or nothing changes.
 
 use super::{
     check_pointers, header, max_offset, maxalign, read_lp, write_lp, Fault, ItemId, PageHeader,
@@ -14,13 +14,18 @@ use super::{
 };
 
 /// The target line pointer of an index tuple change, checked as
-/// PostgreSQL checks it ("invalid index offnum", "corrupted line pointer").
+/// PostgreSQL checks it ("invalid index offnum", "corrupted line pointer");
+/// PostgreSQL only asserts that it has storage (without, its data moves
+/// would cut through a neighbour), we check it.
 fn target(page: &[u8], h: &PageHeader, off: u16) -> Result<ItemId, Fault> {
     let nline = max_offset(page);
     if off == 0 || off > nline {
         return Err(Fault::Page(format!("invalid index offnum: {off} (of {nline})")));
     }
     let id = read_lp(page, off)?;
+    if !id.has_storage() {
+        return Err(Fault::Page(format!("index line pointer {off} has no storage: {id:?}")));
+    }
     let (start, end) = (id.off as usize, id.off as usize + id.len as usize);
     if start < h.upper as usize || end > h.special as usize || maxalign(start) != start {
         return Err(Fault::Page(format!("corrupted line pointer {off}: {id:?}")));

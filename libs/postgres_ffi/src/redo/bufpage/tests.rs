@@ -205,6 +205,26 @@ fn check_invariants_accepts_new_pages_and_refuses_broken_ones() {
     check_invariants(&page).unwrap();
 }
 
+/// Why [`check_header`] exists: a btree metapage keeps `BTMetaPageData`
+/// below `pd_lower`; a root block number past 1 GiB reads as a line
+/// pointer with storage outside the tuple space.
+#[test]
+fn a_btree_metapage_is_not_line_pointers() {
+    let mut page = vec![0u8; BLCKSZ];
+    page_init(&mut page, 16);
+    let fields: [u32; 7] = [0x053162, 4, 0x28000, 3, 0x28000, 3, 0];
+    for (i, v) in fields.iter().enumerate() {
+        page[24 + 4 * i..28 + 4 * i].copy_from_slice(&v.to_le_bytes());
+    }
+    page[56..64].copy_from_slice(&(-1.0f64).to_le_bytes());
+    let mut h = hdr(&page);
+    h.lower = 24 + 48;
+    h.encode(&mut page);
+    assert_eq!(item_id(&page, 3).unwrap(), ItemId { off: 0, flags: LP_NORMAL, len: 1 });
+    assert!(check_invariants(&page).is_err());
+    check_header(&page).unwrap();
+}
+
 #[test]
 fn repair_fragmentation_packs_items_and_truncates_the_array() {
     // 1 kept, 2 redirect, 3 dead without storage, 4 dead with storage,
@@ -404,4 +424,5 @@ fn index_tuple_overwrite_moves_earlier_data() {
     assert_packed(&page, &[(1, 8, Some(0)), (7, most, None), (3, 8, Some(0))]);
 }
 
+mod model;
 mod real;

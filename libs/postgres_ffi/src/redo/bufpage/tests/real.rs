@@ -2,24 +2,42 @@
 //! (`testdata/wal`, PostgreSQL 15-18): the invariants hold, and compaction
 //! keeps every item's bytes and flags.
 
+use std::path::{Path, PathBuf};
+
+use utils::lsn::Lsn;
+
 use super::*;
 use crate::wal::{rmgr_id, WalStreamDecoder};
 use crate::PgMajorVersion;
 
-/// Every fixture `testdata/wal/pgNN-*.wal.zst`, with its major.
-fn fixtures(dir: &std::path::Path) -> Vec<(String, PgMajorVersion)> {
-    let mut out: Vec<(String, PgMajorVersion)> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
+/// Every fixture `testdata/wal/{,btree/}pgNN-*.wal.zst`: its path
+/// without the extension, and its major.
+fn fixtures() -> Vec<(PathBuf, PgMajorVersion)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
+    let mut out = Vec::new();
+    for d in [dir.clone(), dir.join("btree")] {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        out.extend(entries.filter_map(|e| {
             let name = e.unwrap().file_name().into_string().ok()?;
-            let stem = name.strip_suffix(".wal.zst")?.to_string();
+            let stem = name.strip_suffix(".wal.zst")?;
             let major = stem.strip_prefix("pg")?.get(..2)?.parse().ok()?;
-            Some((stem, PgMajorVersion::new(major).ok()?))
-        })
-        .collect();
+            Some((d.join(stem), PgMajorVersion::new(major).ok()?))
+        }));
+    }
     out.sort();
     assert!(out.len() >= 12, "fixtures: {out:?}");
     out
+}
+
+/// A fixture's start LSN (its `.tsv`'s first line, or its `.start`) and WAL.
+fn fixture_files(stem: &Path) -> (Lsn, Vec<u8>) {
+    let with = |ext: &str| PathBuf::from(format!("{}.{ext}", stem.display()));
+    let start = match std::fs::read_to_string(with("tsv")) {
+        Ok(tsv) => tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap().to_string(),
+        Err(_) => std::fs::read_to_string(with("start")).unwrap().trim().to_string(),
+    };
+    let compressed = std::fs::read(with("wal.zst")).unwrap();
+    (start.parse().unwrap(), zstd::stream::decode_all(&compressed[..]).unwrap())
 }
 
 /// Rmgrs whose pages all keep line pointers below `pd_lower` (btree's
@@ -29,15 +47,13 @@ const LINE_POINTER_RMGRS: [u8; 4] =
 
 /// Every page image of every fixture: (rmid, fork, blkno, page).
 fn real_images() -> Vec<(u8, u8, u32, Vec<u8>)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/wal");
     let mut out = Vec::new();
-    for (name, version) in fixtures(&dir) {
-        let tsv = std::fs::read_to_string(dir.join(format!("{name}.tsv"))).unwrap();
-        let start = tsv.lines().next().unwrap().strip_prefix("# start\t").unwrap();
-        let compressed = std::fs::read(dir.join(format!("{name}.wal.zst"))).unwrap();
-        let mut decoder = WalStreamDecoder::new(start.parse().unwrap(), version);
-        decoder.feed_bytes(&zstd::stream::decode_all(&compressed[..]).unwrap());
-        while let Some(rec) = decoder.poll_decode().unwrap() {
+    for (stem, version) in fixtures() {
+        let (start, wal) = fixture_files(&stem);
+        let mut decoder = WalStreamDecoder::new(start, version);
+        decoder.feed_bytes(&wal);
+        // A fixture cut from a whole segment ends in zeros: stop there.
+        while let Ok(Some(rec)) = decoder.poll_decode() {
             for b in &rec.blocks {
                 if let Some(image) = &b.image {
                     let page = image.restore().unwrap().to_vec();
