@@ -40,7 +40,8 @@ pub struct ClusterInfo {
 impl ClusterInfo {
     /// Unit tests: PostgreSQL 15, no data checksums.
     #[cfg(test)]
-    pub const TESTS: ClusterInfo = ClusterInfo { version: PgMajorVersion::V15, data_checksums: false };
+    pub const TESTS: ClusterInfo =
+        ClusterInfo { version: PgMajorVersion::V15, data_checksums: false };
 }
 
 /// `values` newest first; the last one must be `will_init`.
@@ -216,34 +217,93 @@ mod tests {
         let key = Key::MIN;
         let page = image(&[0u8; BLCKSZ]);
         let set = Value::Record(Record::ClogSetStatus { xids: vec![5, 32768 + 6], status: 1 });
-        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), set), (Lsn(1), page)], ClusterInfo::TESTS).unwrap();
+        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), set), (Lsn(1), page)], ClusterInfo::TESTS)
+            .unwrap();
         // xid 5: byte 1, bits 2-3; xid 32774 -> index 6 on its page: byte 1, bits 4-5.
         assert_eq!(out[1], (0b01 << 2) | (0b01 << 4));
         assert_eq!(out.iter().filter(|b| **b != 0).count(), 1);
 
         let vm = image(&[0xffu8; BLCKSZ]);
         let clear = Value::Record(Record::VmClearFlags { heap_blknos: vec![1], flags: 0b11 });
-        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), clear), (Lsn(1), vm)], ClusterInfo::TESTS).unwrap();
+        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), clear), (Lsn(1), vm)], ClusterInfo::TESTS)
+            .unwrap();
         assert_eq!(out[24], 0b1111_0011, "after the 24-byte page header");
         assert_eq!(out[25], 0xff);
+    }
+
+    /// A relation page built from records carries the checksum of its
+    /// block when the cluster has checksums (issue: VM pages were served
+    /// with the checksum of the image below the clear).
+    #[test]
+    fn pages_from_records_get_their_checksum() {
+        use postgres_ffi::page::{page_checksum, verify_page_checksum};
+        use postgres_ffi::records::VM_HEAPBLOCKS_PER_PAGE;
+        let rel = pageserver_api::reltag::RelTag::new(1663, 5, 16396, 2);
+        let key = Key::rel_block(rel, 3);
+        let mut vm = vec![0xffu8; BLCKSZ];
+        PageHeader {
+            lower: 24,
+            upper: BLCKSZ as u16,
+            special: BLCKSZ as u16,
+            ..Default::default()
+        }
+        .encode(&mut vm);
+        let mut header = PageHeader::decode(&vm);
+        header.checksum = page_checksum(&vm, 3);
+        header.encode(&mut vm);
+        assert!(verify_page_checksum(&vm, 3));
+        let clear = || {
+            let heap_blknos = vec![3 * VM_HEAPBLOCKS_PER_PAGE + 1];
+            Value::Record(Record::VmClearFlags { heap_blknos, flags: 0b11 })
+        };
+        let on = ClusterInfo { data_checksums: true, ..ClusterInfo::TESTS };
+        let out = reconstruct(key, Lsn(3), vec![(Lsn(2), clear()), (Lsn(1), image(&vm))], on);
+        let out = out.unwrap();
+        assert_ne!(out[24], 0xff, "the bits were cleared");
+        assert!(verify_page_checksum(&out, 3), "the served page verifies");
+        let off = reconstruct(
+            key,
+            Lsn(3),
+            vec![(Lsn(2), clear()), (Lsn(1), image(&vm))],
+            ClusterInfo::TESTS,
+        );
+        assert!(!verify_page_checksum(&off.unwrap(), 3), "no checksums: the field is left alone");
+        // Straight from an image: served as stored.
+        let out = reconstruct(key, Lsn(3), vec![(Lsn(1), image(&vm))], on).unwrap();
+        assert_eq!(&out[..], &vm[..]);
     }
 
     #[test]
     fn set_bytes_patches_the_page() {
         let patch = |at: u16| vec![(0, Bytes::from_static(b"z")), (at, Bytes::from_static(b"ab"))];
         let set = Value::Record(Record::SetBytes { patches: patch(8190) });
-        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), set), (Lsn(1), image(&[0; BLCKSZ]))], ClusterInfo::TESTS);
+        let out = reconstruct(
+            Key::MIN,
+            Lsn(3),
+            vec![(Lsn(2), set), (Lsn(1), image(&[0; BLCKSZ]))],
+            ClusterInfo::TESTS,
+        );
         let out = out.unwrap();
         assert_eq!((&out[8190..], out[0]), (&b"ab"[..], b'z'));
         let bad = Value::Record(Record::SetBytes { patches: patch(8191) });
-        let out = reconstruct(Key::MIN, Lsn(3), vec![(Lsn(2), bad), (Lsn(1), image(&[0; BLCKSZ]))], ClusterInfo::TESTS);
+        let out = reconstruct(
+            Key::MIN,
+            Lsn(3),
+            vec![(Lsn(2), bad), (Lsn(1), image(&[0; BLCKSZ]))],
+            ClusterInfo::TESTS,
+        );
         assert!(matches!(out, Err(PageReconstructError::Corrupt(_))));
     }
 
     #[test]
     fn errors_name_the_problem() {
         let pg = Value::Record(Record::Postgres { will_init: false, rmid: 10, rec: Bytes::new() });
-        let err = reconstruct(Key::MIN, Lsn(5), vec![(Lsn(4), pg), (Lsn(1), image(&[0; BLCKSZ]))], ClusterInfo::TESTS);
+        let err = reconstruct(
+            Key::MIN,
+            Lsn(5),
+            vec![(Lsn(4), pg), (Lsn(1), image(&[0; BLCKSZ]))],
+            ClusterInfo::TESTS,
+        );
         assert!(matches!(err, Err(PageReconstructError::NeedsRedo { rmid: 10, .. })));
         let t = Value::Record(Record::Test { append: Bytes::from_static(b"x"), will_init: false });
         assert!(matches!(

@@ -148,7 +148,13 @@ mod tests {
             assert!(RedoRecord::decode(&Bytes::copy_from_slice(&out[..len])).is_err(), "{len}");
         }
         out.push(0);
-        assert_eq!(RedoRecord::decode(&Bytes::from(out)), Err(RedoDecodeError::Malformed("trailing bytes")));
-        assert_eq!(RedoRecord::decode(&Bytes::from_static(&[9])), Err(RedoDecodeError::UnknownVersion(9)));
+        assert_eq!(
+            RedoRecord::decode(&Bytes::from(out)),
+            Err(RedoDecodeError::Malformed("trailing bytes"))
+        );
+        assert_eq!(
+            RedoRecord::decode(&Bytes::from_static(&[9])),
+            Err(RedoDecodeError::UnknownVersion(9))
+        );
     }
 }

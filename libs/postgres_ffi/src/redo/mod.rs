@@ -31,8 +31,8 @@
 //! The data checksum is not redo's business: it depends on the block number
 //! and is set when the page is served.
 
-pub mod bufpage;
 mod btree;
+pub mod bufpage;
 mod encoding;
 mod generic;
 mod heap;
@@ -88,7 +88,12 @@ impl RedoRecord {
         let blocks = rec
             .blocks
             .iter()
-            .map(|b| BlockRef { id: b.id, tag: b.tag, will_init: b.will_init, has_image: b.image.is_some() })
+            .map(|b| BlockRef {
+                id: b.id,
+                tag: b.tag,
+                will_init: b.will_init,
+                has_image: b.image.is_some(),
+            })
             .collect();
         let target = &rec.blocks[block_index];
         RedoRecord {

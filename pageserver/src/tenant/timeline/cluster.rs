@@ -45,7 +45,15 @@ impl Timeline {
         let data_checksums = match known {
             UNKNOWN => {
                 let on = self.read_data_checksums().await;
-                self.data_checksums.0.compare_exchange(UNKNOWN, if on { ON } else { OFF }, Ordering::AcqRel, Ordering::Acquire).ok();
+                self.data_checksums
+                    .0
+                    .compare_exchange(
+                        UNKNOWN,
+                        if on { ON } else { OFF },
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .ok();
                 on
             }
             v => v == ON,

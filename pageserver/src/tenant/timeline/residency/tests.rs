@@ -148,7 +148,8 @@ async fn gc_of_remote_only_layers_and_older_snapshots() {
         timeline: &tl.read_slots,
         process: vectored_read::process_read_slots(),
     };
-    let (mut res, _) = vectored_read::read(&tl.conf.io_engine, &old, &[query], limits, ClusterInfo::TESTS).await;
+    let (mut res, _) =
+        vectored_read::read(&tl.conf.io_engine, &old, &[query], limits, ClusterInfo::TESTS).await;
     let err = res.pop().unwrap().unwrap_err();
     assert!(
         matches!(err, PageReconstructError::LayerAccess(LayerAccessError::Replaced { .. })),

@@ -76,7 +76,8 @@ async fn corrupt_blocks_are_errors_naming_the_file_and_block() {
     let layer = Arc::new(Layer::resident(layer, None));
     let map = LayerMap::new(Lsn(0x10), Lsn(0), vec![(LayerLevel::L0, layer.clone())], vec![]);
     let query = (Key::from_compact(key(1250)), Lsn(0x30));
-    let (mut res, _) = vectored_read::read(&engine(), &map.snapshot(), &[query], limits, ClusterInfo::TESTS).await;
+    let (mut res, _) =
+        vectored_read::read(&engine(), &map.snapshot(), &[query], limits, ClusterInfo::TESTS).await;
     let err = res.pop().unwrap().unwrap_err();
     assert!(matches!(err, PageReconstructError::LayerIndex { .. }), "{err}");
     assert!(err.to_string().contains(&ReadableLayer::Historic(layer).describe()), "{err}");

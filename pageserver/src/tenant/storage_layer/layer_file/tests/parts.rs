@@ -77,7 +77,8 @@ async fn head_and_tail_answer_every_query() {
     assert_eq!(HEAD_QUERIES, 4, "the queries above are laid out for a head of 4");
     let timeline = tokio::sync::Semaphore::new(vectored_read::TIMELINE_CHUNK_READS);
     let limits = ReadLimits { timeline: &timeline, process: vectored_read::process_read_slots() };
-    let (res, stats) = vectored_read::read(&engine(), &map.snapshot(), &q, limits, ClusterInfo::TESTS).await;
+    let (res, stats) =
+        vectored_read::read(&engine(), &map.snapshot(), &q, limits, ClusterInfo::TESTS).await;
     check(&q, res.into_iter().enumerate().collect());
     assert_eq!((stats.values, stats.chunks), (24, 24), "each page planned once, in one part");
     assert_eq!(timeline.available_permits(), vectored_read::TIMELINE_CHUNK_READS);
@@ -105,8 +106,14 @@ async fn a_tail_waiting_for_permits_does_not_hold_up_the_head() {
     let (engine, snapshot) = (engine(), map.snapshot());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Answer>();
     let mut ready = |i: usize, r| tx.send((i, r)).unwrap();
-    let mut get =
-        std::pin::pin!(vectored_read::read_each(&engine, &snapshot, &q, limits, ClusterInfo::TESTS, &mut ready));
+    let mut get = std::pin::pin!(vectored_read::read_each(
+        &engine,
+        &snapshot,
+        &q,
+        limits,
+        ClusterInfo::TESTS,
+        &mut ready
+    ));
     let mut answers = Vec::new();
     let head = async {
         while answers.len() < HEAD_ANSWERS.len() {
