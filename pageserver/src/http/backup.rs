@@ -3,19 +3,33 @@
 //! tar as the page service's `fullbackup`, for operators.
 //!
 //! Streamed: a task of the timeline writes the tar into a channel of
-//! [`CHANNEL_CHUNKS`] chunks that the response body drains, so memory stays
+//! [`CHANNEL_CHUNKS`] pieces that the response body drains, so memory stays
 //! bounded whatever the size; a client that goes away ends the task at its
-//! next chunk. As elsewhere in the API, the LSN is checked, not waited for:
-//! outside the readable range it is a 400 before any byte is sent. An error
-//! while streaming (the status is sent by then) cuts the body short, which
-//! the client sees as a truncated transfer, and is logged.
+//! next chunk. As elsewhere in the API, the LSN is checked, not waited for.
+//!
+//! Errors, the contract (`docs/http-api.md`):
+//! - before the response head: everything that can be refused (unknown
+//!   tenant/timeline, a Broken one, the LSN's bounds and GC cutoff, the
+//!   control file) and every error of the generator before its first chunk
+//!   (the head waits for that chunk) is a 4xx/5xx with `{"msg": ...}`;
+//! - after it: the body is aborted. The channel carries an explicit
+//!   [`Piece::Done`] after the last chunk, and only then does the body end
+//!   cleanly (with the chunked encoding's final zero-length chunk). A
+//!   failure, or a task that ends without `Done` (timeline shutdown), makes
+//!   the body stream yield an error, on which the server closes the
+//!   connection without that final chunk: the client sees an incomplete
+//!   response, never a short tar that looks whole.
+
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures::StreamExt;
 use serde::Deserialize;
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 use utils::lsn::Lsn;
 
@@ -24,11 +38,21 @@ use super::extract::{QueryParams, TimelinePath};
 use super::timelines::check_read_lsn;
 use super::HttpState;
 use crate::basebackup::{self, BackupError, BackupOptions, ChunkSink};
-use crate::tenant::ReadKind;
+use crate::tenant::{ReadKind, Timeline};
 
 /// Chunks (of about `basebackup::tar::CHUNK_BYTES`) buffered between the
 /// generator and the socket.
 const CHANNEL_CHUNKS: usize = 4;
+
+/// What the generator task sends the response body.
+enum Piece {
+    Chunk(Bytes),
+    /// The archive is complete: the body may end.
+    Done,
+    /// The generator failed (sent when there is room; a channel that closes
+    /// without `Done` is a failure too).
+    Failed(BackupError),
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,7 +68,9 @@ pub async fn fullbackup(
     let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
     let lsn = q.lsn.unwrap_or_else(|| tl.get_last_record_lsn());
     check_read_lsn(&tl, lsn)?;
-    let lsn = basebackup::resolve_lsn(&tl, Some(lsn), &state.cancel).await.map_err(api_error)?;
+    let lsn = basebackup::resolve_lsn(&tl, Some(lsn), &state.cancel)
+        .await
+        .map_err(|e| api_error(&state, &tl, e))?;
     let opts = BackupOptions {
         lsn,
         full: true,
@@ -52,22 +78,34 @@ pub async fn fullbackup(
         gzip: false,
         reader: ReadKind::HttpRequest,
     };
-    let prepared = basebackup::prepare(&tl, opts).await.map_err(api_error)?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_CHUNKS);
-    let task_tl = tl.clone();
-    tl.spawn_background(async move {
-        let sink = ChannelSink { tx: tx.clone(), cancel: task_tl.cancel.clone() };
-        match basebackup::send_tarball(&task_tl, prepared, sink).await {
-            Ok(_) => {}
-            Err(BackupError::Disconnected(e)) => info!("fullbackup over HTTP at {lsn}: {e}"),
-            Err(e) => {
-                warn!("fullbackup over HTTP at {lsn} failed while streaming: {e}");
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-            }
-        }
-    });
-    let body =
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let prepared = basebackup::prepare(&tl, opts).await.map_err(|e| api_error(&state, &tl, e))?;
+    let mut rx = spawn_generator(&tl, prepared, lsn);
+    // The head waits for the first chunk: an error before it is a status.
+    let first = match rx.recv().await {
+        Some(Piece::Chunk(chunk)) => chunk,
+        Some(Piece::Failed(e)) => return Err(api_error(&state, &tl, e)),
+        // An archive is at least its end marker: `Done` comes after a chunk.
+        Some(Piece::Done) | None => return Err(api_error(&state, &tl, ended_early(&tl))),
+    };
+    let ctx = (tl.clone(), lsn);
+    let body = futures::stream::once(async { Ok(first) }).chain(futures::stream::unfold(
+        Some((rx, ctx)),
+        |state| async move {
+            let (mut rx, (tl, lsn)) = state?;
+            let failed = match rx.recv().await {
+                Some(Piece::Chunk(chunk)) => return Some((Ok(chunk), Some((rx, (tl, lsn))))),
+                Some(Piece::Done) => return None,
+                Some(Piece::Failed(e)) => e,
+                None => ended_early(&tl),
+            };
+            // Logged here, once: the client only sees the connection close.
+            warn!(
+                "fullbackup of {}/{} at {lsn} over HTTP failed while streaming, body aborted: {failed}",
+                tl.tenant_id, tl.timeline_id
+            );
+            Some((Err(std::io::Error::other(failed.to_string())), None))
+        },
+    ));
     let name = format!("attachment; filename=\"{timeline_id}_{:X}.tar\"", lsn.0);
     Ok((
         [
@@ -79,15 +117,60 @@ pub async fn fullbackup(
         .into_response())
 }
 
+/// Start the task that writes the archive into the returned channel.
+fn spawn_generator(
+    tl: &Arc<Timeline>,
+    prepared: basebackup::Prepared,
+    lsn: Lsn,
+) -> mpsc::Receiver<Piece> {
+    let (tx, rx) = mpsc::channel::<Piece>(CHANNEL_CHUNKS);
+    let task_tl = tl.clone();
+    tl.spawn_background(async move {
+        let sink = ChannelSink { tx: tx.clone(), cancel: task_tl.cancel.clone() };
+        let (t, l) = (task_tl.tenant_id, task_tl.timeline_id);
+        match basebackup::send_tarball(&task_tl, prepared, sink).await {
+            // A shutdown meanwhile leaves the body without `Done`: aborted.
+            Ok(_) => tokio::select! {
+                _ = tx.send(Piece::Done) => {}
+                _ = task_tl.cancel.cancelled() => {}
+            },
+            Err(BackupError::Disconnected(e)) => {
+                info!("fullbackup of {t}/{l} at {lsn} over HTTP: {e}")
+            }
+            // Never wait here (a client that does not read would hold the
+            // timeline's shutdown): without room, closing the channel
+            // without `Done` aborts the body just the same.
+            Err(e) => match tx.try_send(Piece::Failed(e)) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(Piece::Failed(e))) => {
+                    warn!("fullbackup of {t}/{l} at {lsn} over HTTP failed while streaming: {e}")
+                }
+                Err(_) => {} // the client went away
+            },
+        }
+    });
+    rx
+}
+
+/// The error of a generator that ended without `Done` or an error: its
+/// timeline was shut down (deleted, detached) or the daemon is stopping.
+fn ended_early(tl: &Timeline) -> BackupError {
+    if tl.cancel.is_cancelled() {
+        BackupError::Shutdown
+    } else {
+        BackupError::Internal("the backup generator ended before the archive was complete".into())
+    }
+}
+
 struct ChannelSink {
-    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tx: mpsc::Sender<Piece>,
     cancel: tokio_util::sync::CancellationToken,
 }
 
 impl ChunkSink for ChannelSink {
     async fn send(&mut self, chunk: Bytes) -> Result<(), BackupError> {
         tokio::select! {
-            r = self.tx.send(Ok(chunk)) => r.map_err(|_| {
+            r = self.tx.send(Piece::Chunk(chunk)) => r.map_err(|_| {
                 BackupError::Disconnected(std::io::Error::new(
                     std::io::ErrorKind::BrokenPipe,
                     "the HTTP client went away",
@@ -98,9 +181,13 @@ impl ChunkSink for ChannelSink {
     }
 }
 
-fn api_error(e: BackupError) -> ApiError {
+fn api_error(state: &HttpState, tl: &Timeline, e: BackupError) -> ApiError {
     match e {
-        BackupError::Shutdown => ApiError::ShuttingDown,
+        BackupError::Shutdown if state.cancel.is_cancelled() => ApiError::ShuttingDown,
+        BackupError::Shutdown => ApiError::Unavailable(format!(
+            "timeline {}/{} is shutting down (deleted, detached or reset): no backup of it",
+            tl.tenant_id, tl.timeline_id
+        )),
         e @ (BackupError::NotReadable(_)
         | BackupError::Unaligned(_)
         | BackupError::LsnTimeout { .. }) => ApiError::BadRequest(e.to_string()),
