@@ -20,7 +20,7 @@
 //!   connection without that final chunk: the client sees an incomplete
 //!   response, never a short tar that looks whole.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -49,9 +49,35 @@ enum Piece {
     Chunk(Bytes),
     /// The archive is complete: the body may end.
     Done,
-    /// The generator failed (sent when there is room; a channel that closes
-    /// without `Done` is a failure too).
-    Failed(BackupError),
+}
+
+/// The generator's end as the body sees it: its channel, and why it failed
+/// when the channel closes without [`Piece::Done`] (set before the close,
+/// so that a generator never waits for room to report it: a client that
+/// does not read cannot hold up the timeline's shutdown).
+struct Generated {
+    rx: mpsc::Receiver<Piece>,
+    failure: Arc<Mutex<Option<BackupError>>>,
+    tl: Arc<Timeline>,
+}
+
+impl Generated {
+    /// The next chunk; `Ok(None)` once the archive is complete.
+    async fn next(&mut self) -> Result<Option<Bytes>, BackupError> {
+        match self.rx.recv().await {
+            Some(Piece::Chunk(chunk)) => Ok(Some(chunk)),
+            Some(Piece::Done) => Ok(None),
+            None => Err(self.failure.lock().unwrap().take().unwrap_or_else(|| {
+                if self.tl.cancel.is_cancelled() {
+                    BackupError::Shutdown // the task stopped at the shutdown
+                } else {
+                    BackupError::Internal(
+                        "the backup generator ended before the archive was complete".into(),
+                    )
+                }
+            })),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -79,33 +105,32 @@ pub async fn fullbackup(
         reader: ReadKind::HttpRequest,
     };
     let prepared = basebackup::prepare(&tl, opts).await.map_err(|e| api_error(&state, &tl, e))?;
-    let mut rx = spawn_generator(&tl, prepared, lsn);
+    let mut generated = spawn_generator(&tl, prepared, lsn);
     // The head waits for the first chunk: an error before it is a status.
-    let first = match rx.recv().await {
-        Some(Piece::Chunk(chunk)) => chunk,
-        Some(Piece::Failed(e)) => return Err(api_error(&state, &tl, e)),
-        // An archive is at least its end marker: `Done` comes after a chunk.
-        Some(Piece::Done) | None => return Err(api_error(&state, &tl, ended_early(&tl))),
+    // (An archive is at least its end marker: `Done` comes after a chunk.)
+    let first = match generated.next().await {
+        Ok(Some(chunk)) => chunk,
+        Ok(None) => return Err(ApiError::Internal(anyhow::anyhow!("empty backup archive"))),
+        Err(e) => return Err(api_error(&state, &tl, e)),
     };
-    let ctx = (tl.clone(), lsn);
-    let body = futures::stream::once(async { Ok(first) }).chain(futures::stream::unfold(
-        Some((rx, ctx)),
-        |state| async move {
-            let (mut rx, (tl, lsn)) = state?;
-            let failed = match rx.recv().await {
-                Some(Piece::Chunk(chunk)) => return Some((Ok(chunk), Some((rx, (tl, lsn))))),
-                Some(Piece::Done) => return None,
-                Some(Piece::Failed(e)) => e,
-                None => ended_early(&tl),
-            };
-            // Logged here, once: the client only sees the connection close.
-            warn!(
-                "fullbackup of {}/{} at {lsn} over HTTP failed while streaming, body aborted: {failed}",
-                tl.tenant_id, tl.timeline_id
-            );
-            Some((Err(std::io::Error::other(failed.to_string())), None))
-        },
-    ));
+    let rest = futures::stream::unfold(Some(generated), move |slot| async move {
+        let mut generated = slot?;
+        match generated.next().await {
+            Ok(Some(chunk)) => Some((Ok(chunk), Some(generated))),
+            Ok(None) => None,
+            Err(e) => {
+                // Logged here, once: the client only sees the connection close.
+                let tl = &generated.tl;
+                warn!(
+                    "fullbackup of {}/{} at {lsn} over HTTP failed while streaming, body \
+                     aborted: {e}",
+                    tl.tenant_id, tl.timeline_id
+                );
+                Some((Err(std::io::Error::other(e.to_string())), None))
+            }
+        }
+    });
+    let body = futures::stream::once(async { Ok(first) }).chain(rest);
     let name = format!("attachment; filename=\"{timeline_id}_{:X}.tar\"", lsn.0);
     Ok((
         [
@@ -117,49 +142,28 @@ pub async fn fullbackup(
         .into_response())
 }
 
-/// Start the task that writes the archive into the returned channel.
-fn spawn_generator(
-    tl: &Arc<Timeline>,
-    prepared: basebackup::Prepared,
-    lsn: Lsn,
-) -> mpsc::Receiver<Piece> {
+/// Start the task that writes the archive into a channel.
+fn spawn_generator(tl: &Arc<Timeline>, prepared: basebackup::Prepared, lsn: Lsn) -> Generated {
     let (tx, rx) = mpsc::channel::<Piece>(CHANNEL_CHUNKS);
-    let task_tl = tl.clone();
+    let failure = Arc::new(Mutex::new(None));
+    let (task_tl, task_failure) = (tl.clone(), failure.clone());
     tl.spawn_background(async move {
         let sink = ChannelSink { tx: tx.clone(), cancel: task_tl.cancel.clone() };
-        let (t, l) = (task_tl.tenant_id, task_tl.timeline_id);
         match basebackup::send_tarball(&task_tl, prepared, sink).await {
             // A shutdown meanwhile leaves the body without `Done`: aborted.
             Ok(_) => tokio::select! {
                 _ = tx.send(Piece::Done) => {}
                 _ = task_tl.cancel.cancelled() => {}
             },
-            Err(BackupError::Disconnected(e)) => {
-                info!("fullbackup of {t}/{l} at {lsn} over HTTP: {e}")
-            }
-            // Never wait here (a client that does not read would hold the
-            // timeline's shutdown): without room, closing the channel
-            // without `Done` aborts the body just the same.
-            Err(e) => match tx.try_send(Piece::Failed(e)) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(Piece::Failed(e))) => {
-                    warn!("fullbackup of {t}/{l} at {lsn} over HTTP failed while streaming: {e}")
-                }
-                Err(_) => {} // the client went away
-            },
+            Err(BackupError::Disconnected(e)) => info!(
+                "fullbackup of {}/{} at {lsn} over HTTP: {e}",
+                task_tl.tenant_id, task_tl.timeline_id
+            ),
+            // Reported by the body (or the response) when `tx` closes.
+            Err(e) => *task_failure.lock().unwrap() = Some(e),
         }
     });
-    rx
-}
-
-/// The error of a generator that ended without `Done` or an error: its
-/// timeline was shut down (deleted, detached) or the daemon is stopping.
-fn ended_early(tl: &Timeline) -> BackupError {
-    if tl.cancel.is_cancelled() {
-        BackupError::Shutdown
-    } else {
-        BackupError::Internal("the backup generator ended before the archive was complete".into())
-    }
+    Generated { rx, failure, tl: tl.clone() }
 }
 
 struct ChannelSink {

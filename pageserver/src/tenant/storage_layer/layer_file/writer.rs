@@ -188,7 +188,7 @@ impl LayerFile {
         copy_values(layer.ephemeral_file(), temp.file(), values_len, values_offset).await?;
         let ids = (tenant_id, timeline_id);
         let index = index.finish();
-        finish_file(engine, (temp, &path), unfinished, name, ids, values_len, index).await
+        finish_file(engine, (temp, path.as_path()), unfinished, name, ids, values_len, index).await
     }
 }
 
@@ -401,7 +401,8 @@ impl LayerWriter {
         let mut temp = self.values.finish().await?;
         temp.retarget(&path);
         let (index, engine) = (self.index.finish(), &self.engine);
-        finish_file(engine, (temp, &path), unfinished, name, self.ids, values_len, index).await
+        finish_file(engine, (temp, path.as_path()), unfinished, name, self.ids, values_len, index)
+            .await
     }
 }
 
