@@ -31,9 +31,9 @@ async fn writer(dir: &Path) -> LayerWriter {
     LayerWriter::new(&engine(), dir, TENANT, TIMELINE, kind, lsns, direct).await.unwrap()
 }
 
-/// Values of `n` keys, 4 KiB each (a value write every 256).
-async fn put(w: &mut LayerWriter, n: u32) -> anyhow::Result<()> {
-    for k in 0..n {
+/// Values of keys `from..from + n`, 4 KiB each (a value write every 256).
+async fn put(w: &mut LayerWriter, from: u32, n: u32) -> anyhow::Result<()> {
+    for k in from..from + n {
         w.put_raw(key(k), Lsn(0x20), &[k as u8; 4096], true).await?;
     }
     Ok(())
@@ -56,10 +56,10 @@ async fn a_failed_value_write_removes_the_file() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut w = writer(dir.path()).await;
-    put(&mut w, 10).await.unwrap();
+    put(&mut w, 0, 10).await.unwrap();
     assert_eq!(files_in(dir.path()).len(), 1, "the temp file is there while writing");
     let res = with_failpoint("io::write::err", async move {
-        put(&mut w, 1024).await?;
+        put(&mut w, 10, 1024).await?;
         w.finish(Key::MAX).await
     })
     .await;
@@ -78,7 +78,7 @@ async fn a_failed_commit_removes_the_file_under_either_name() {
     {
         let dir = tempfile::tempdir().unwrap();
         let mut w = writer(dir.path()).await;
-        put(&mut w, 300).await.unwrap();
+        put(&mut w, 0, 300).await.unwrap();
         let res = with_failpoint(fp, w.finish(Key::MAX)).await;
         let err = format!("{:#}", res.err().unwrap());
         assert!(err.contains(fp), "{err}");
@@ -90,12 +90,12 @@ async fn a_failed_commit_removes_the_file_under_either_name() {
 async fn a_writer_dropped_unfinished_removes_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = writer(dir.path()).await;
-    put(&mut w, 300).await.unwrap(); // a value write may still be in flight
+    put(&mut w, 0, 300).await.unwrap(); // a value write may still be in flight
     drop(w);
     assert_eq!(files_in(dir.path()), Vec::<String>::new());
     // A finished layer stays.
     let mut w = writer(dir.path()).await;
-    put(&mut w, 300).await.unwrap();
+    put(&mut w, 0, 300).await.unwrap();
     let layer = w.finish(Key::MAX).await.unwrap();
     assert_eq!(files_in(dir.path()), vec![layer.name.to_string()]);
 }
@@ -108,7 +108,7 @@ async fn write_errors_name_the_file_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = writer(dir.path()).await;
     let res = with_failpoint("io::write::err", async move {
-        put(&mut w, 1024).await?;
+        put(&mut w, 10, 1024).await?;
         w.finish(Key::MAX).await
     })
     .await;
