@@ -3,19 +3,33 @@
 //! tar as the page service's `fullbackup`, for operators.
 //!
 //! Streamed: a task of the timeline writes the tar into a channel of
-//! [`CHANNEL_CHUNKS`] chunks that the response body drains, so memory stays
+//! [`CHANNEL_CHUNKS`] pieces that the response body drains, so memory stays
 //! bounded whatever the size; a client that goes away ends the task at its
-//! next chunk. As elsewhere in the API, the LSN is checked, not waited for:
-//! outside the readable range it is a 400 before any byte is sent. An error
-//! while streaming (the status is sent by then) cuts the body short, which
-//! the client sees as a truncated transfer, and is logged.
+//! next chunk. As elsewhere in the API, the LSN is checked, not waited for.
+//!
+//! Errors, the contract (`docs/http-api.md`):
+//! - before the response head: everything that can be refused (unknown
+//!   tenant/timeline, a Broken one, the LSN's bounds and GC cutoff, the
+//!   control file) and every error of the generator before its first chunk
+//!   (the head waits for that chunk) is a 4xx/5xx with `{"msg": ...}`;
+//! - after it: the body is aborted. The channel carries an explicit
+//!   [`Piece::Done`] after the last chunk, and only then does the body end
+//!   cleanly (with the chunked encoding's final zero-length chunk). A
+//!   failure, or a task that ends without `Done` (timeline shutdown), makes
+//!   the body stream yield an error, on which the server closes the
+//!   connection without that final chunk: the client sees an incomplete
+//!   response, never a short tar that looks whole.
+
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures::StreamExt;
 use serde::Deserialize;
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 use utils::lsn::Lsn;
 
@@ -24,11 +38,47 @@ use super::extract::{QueryParams, TimelinePath};
 use super::timelines::check_read_lsn;
 use super::HttpState;
 use crate::basebackup::{self, BackupError, BackupOptions, ChunkSink};
-use crate::tenant::ReadKind;
+use crate::tenant::{ReadKind, Timeline};
 
 /// Chunks (of about `basebackup::tar::CHUNK_BYTES`) buffered between the
 /// generator and the socket.
 const CHANNEL_CHUNKS: usize = 4;
+
+/// What the generator task sends the response body.
+enum Piece {
+    Chunk(Bytes),
+    /// The archive is complete: the body may end.
+    Done,
+}
+
+/// The generator's end as the body sees it: its channel, and why it failed
+/// when the channel closes without [`Piece::Done`] (set before the close,
+/// so that a generator never waits for room to report it: a client that
+/// does not read cannot hold up the timeline's shutdown).
+struct Generated {
+    rx: mpsc::Receiver<Piece>,
+    failure: Arc<Mutex<Option<BackupError>>>,
+    tl: Arc<Timeline>,
+}
+
+impl Generated {
+    /// The next chunk; `Ok(None)` once the archive is complete.
+    async fn next(&mut self) -> Result<Option<Bytes>, BackupError> {
+        match self.rx.recv().await {
+            Some(Piece::Chunk(chunk)) => Ok(Some(chunk)),
+            Some(Piece::Done) => Ok(None),
+            None => Err(self.failure.lock().unwrap().take().unwrap_or_else(|| {
+                if self.tl.cancel.is_cancelled() {
+                    BackupError::Shutdown // the task stopped at the shutdown
+                } else {
+                    BackupError::Internal(
+                        "the backup generator ended before the archive was complete".into(),
+                    )
+                }
+            })),
+        }
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,7 +94,9 @@ pub async fn fullbackup(
     let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
     let lsn = q.lsn.unwrap_or_else(|| tl.get_last_record_lsn());
     check_read_lsn(&tl, lsn)?;
-    let lsn = basebackup::resolve_lsn(&tl, Some(lsn), &state.cancel).await.map_err(api_error)?;
+    let lsn = basebackup::resolve_lsn(&tl, Some(lsn), &state.cancel)
+        .await
+        .map_err(|e| api_error(&state, &tl, e))?;
     let opts = BackupOptions {
         lsn,
         full: true,
@@ -52,22 +104,33 @@ pub async fn fullbackup(
         gzip: false,
         reader: ReadKind::HttpRequest,
     };
-    let prepared = basebackup::prepare(&tl, opts).await.map_err(api_error)?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_CHUNKS);
-    let task_tl = tl.clone();
-    tl.spawn_background(async move {
-        let sink = ChannelSink { tx: tx.clone(), cancel: task_tl.cancel.clone() };
-        match basebackup::send_tarball(&task_tl, prepared, sink).await {
-            Ok(_) => {}
-            Err(BackupError::Disconnected(e)) => info!("fullbackup over HTTP at {lsn}: {e}"),
+    let prepared = basebackup::prepare(&tl, opts).await.map_err(|e| api_error(&state, &tl, e))?;
+    let mut generated = spawn_generator(&tl, prepared, lsn);
+    // The head waits for the first chunk: an error before it is a status.
+    // (An archive is at least its end marker: `Done` comes after a chunk.)
+    let first = match generated.next().await {
+        Ok(Some(chunk)) => chunk,
+        Ok(None) => return Err(ApiError::Internal(anyhow::anyhow!("empty backup archive"))),
+        Err(e) => return Err(api_error(&state, &tl, e)),
+    };
+    let rest = futures::stream::unfold(Some(generated), move |slot| async move {
+        let mut generated = slot?;
+        match generated.next().await {
+            Ok(Some(chunk)) => Some((Ok(chunk), Some(generated))),
+            Ok(None) => None,
             Err(e) => {
-                warn!("fullbackup over HTTP at {lsn} failed while streaming: {e}");
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                // Logged here, once: the client only sees the connection close.
+                let tl = &generated.tl;
+                warn!(
+                    "fullbackup of {}/{} at {lsn} over HTTP failed while streaming, body \
+                     aborted: {e}",
+                    tl.tenant_id, tl.timeline_id
+                );
+                Some((Err(std::io::Error::other(e.to_string())), None))
             }
         }
     });
-    let body =
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let body = futures::stream::once(async { Ok(first) }).chain(rest);
     let name = format!("attachment; filename=\"{timeline_id}_{:X}.tar\"", lsn.0);
     Ok((
         [
@@ -79,15 +142,39 @@ pub async fn fullbackup(
         .into_response())
 }
 
+/// Start the task that writes the archive into a channel.
+fn spawn_generator(tl: &Arc<Timeline>, prepared: basebackup::Prepared, lsn: Lsn) -> Generated {
+    let (tx, rx) = mpsc::channel::<Piece>(CHANNEL_CHUNKS);
+    let failure = Arc::new(Mutex::new(None));
+    let (task_tl, task_failure) = (tl.clone(), failure.clone());
+    tl.spawn_background(async move {
+        let sink = ChannelSink { tx: tx.clone(), cancel: task_tl.cancel.clone() };
+        match basebackup::send_tarball(&task_tl, prepared, sink).await {
+            // A shutdown meanwhile leaves the body without `Done`: aborted.
+            Ok(_) => tokio::select! {
+                _ = tx.send(Piece::Done) => {}
+                _ = task_tl.cancel.cancelled() => {}
+            },
+            Err(BackupError::Disconnected(e)) => info!(
+                "fullbackup of {}/{} at {lsn} over HTTP: {e}",
+                task_tl.tenant_id, task_tl.timeline_id
+            ),
+            // Reported by the body (or the response) when `tx` closes.
+            Err(e) => *task_failure.lock().unwrap() = Some(e),
+        }
+    });
+    Generated { rx, failure, tl: tl.clone() }
+}
+
 struct ChannelSink {
-    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tx: mpsc::Sender<Piece>,
     cancel: tokio_util::sync::CancellationToken,
 }
 
 impl ChunkSink for ChannelSink {
     async fn send(&mut self, chunk: Bytes) -> Result<(), BackupError> {
         tokio::select! {
-            r = self.tx.send(Ok(chunk)) => r.map_err(|_| {
+            r = self.tx.send(Piece::Chunk(chunk)) => r.map_err(|_| {
                 BackupError::Disconnected(std::io::Error::new(
                     std::io::ErrorKind::BrokenPipe,
                     "the HTTP client went away",
@@ -98,9 +185,13 @@ impl ChunkSink for ChannelSink {
     }
 }
 
-fn api_error(e: BackupError) -> ApiError {
+fn api_error(state: &HttpState, tl: &Timeline, e: BackupError) -> ApiError {
     match e {
-        BackupError::Shutdown => ApiError::ShuttingDown,
+        BackupError::Shutdown if state.cancel.is_cancelled() => ApiError::ShuttingDown,
+        BackupError::Shutdown => ApiError::Unavailable(format!(
+            "timeline {}/{} is shutting down (deleted, detached or reset): no backup of it",
+            tl.tenant_id, tl.timeline_id
+        )),
         e @ (BackupError::NotReadable(_)
         | BackupError::Unaligned(_)
         | BackupError::LsnTimeout { .. }) => ApiError::BadRequest(e.to_string()),

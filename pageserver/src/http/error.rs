@@ -46,6 +46,10 @@ pub enum ApiError {
     /// A limit on concurrent work was reached; retry later (503).
     #[error("{0}")]
     Overloaded(String),
+    /// The object is stopping (a timeline being deleted or detached), the
+    /// daemon is not (503).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0:#}")]
     Internal(anyhow::Error),
 }
@@ -59,7 +63,9 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::ShuttingDown | ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::ShuttingDown | ApiError::Overloaded(_) | ApiError::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -73,7 +79,10 @@ impl IntoResponse for ApiError {
         // quote a whole invalid string value).
         let msg = escape_for_log(&self.to_string(), MAX_ERROR_MESSAGE_CHARS).to_string();
         if status.is_server_error()
-            && !matches!(self, ApiError::ShuttingDown | ApiError::Overloaded(_))
+            && !matches!(
+                self,
+                ApiError::ShuttingDown | ApiError::Overloaded(_) | ApiError::Unavailable(_)
+            )
         {
             error!(status = status.as_u16(), "HTTP request failed: {msg}");
         } else {

@@ -40,7 +40,8 @@ pub async fn compact(
     match tl.compact(opts).await {
         Ok(report) => Ok(Json(report)),
         Err(_) if tl.cancel.is_cancelled() => Err(ApiError::ShuttingDown),
-        Err(e) => Err(ApiError::Internal(e.context("compaction"))),
+        // `compact` names the part that failed ("L0 compaction: ...").
+        Err(e) => Err(ApiError::Internal(e)),
     }
 }
 
@@ -63,6 +64,7 @@ pub async fn do_gc(
     match tl.gc(req.unwrap_or_default().gc_horizon).await {
         Ok(report) => Ok(Json(report)),
         Err(_) if tl.cancel.is_cancelled() => Err(ApiError::ShuttingDown),
-        Err(e) => Err(ApiError::Internal(e.context("gc"))),
+        // `gc` names its steps ("gc: persist the manifest"): no prefix here.
+        Err(e) => Err(ApiError::Internal(e)),
     }
 }

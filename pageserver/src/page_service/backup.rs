@@ -12,6 +12,13 @@
 //! before CopyOutResponse, so those errors are a plain ErrorResponse; an
 //! error while streaming is an ErrorResponse inside the COPY, which ends it
 //! (as in PostgreSQL). Either way the session goes on.
+//!
+//! A backup never ends in a way that looks complete when it is not: only a
+//! whole archive is followed by CopyDone and CommandComplete. The timeline
+//! shutting down (deleted, detached, reset) is an ErrorResponse (SQLSTATE
+//! 57P01, `admin_shutdown`), before or during the COPY; only the daemon's
+//! own shutdown and a lost client close the connection without a word, and
+//! then without CopyDone, which a client reads as a failed COPY.
 
 use std::sync::Arc;
 
@@ -29,6 +36,8 @@ use crate::tenant::{ReadKind, Timeline};
 
 /// SQLSTATE `invalid_parameter_value`: an LSN out of bounds.
 const INVALID_PARAMETER_VALUE: &[u8; 5] = b"22023";
+/// SQLSTATE `admin_shutdown`: the timeline was stopped under the backup.
+const ADMIN_SHUTDOWN: &[u8; 5] = b"57P01";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct BackupRequest {
@@ -102,7 +111,8 @@ pub(super) async fn send(
     writer: &mut FrameWriter,
     cancel: &CancellationToken,
 ) -> Result<(), QueryError> {
-    let lsn = basebackup::resolve_lsn(&tl, req.lsn, cancel).await.map_err(to_query_error)?;
+    let failed = |e| to_query_error(e, &tl, cancel);
+    let lsn = basebackup::resolve_lsn(&tl, req.lsn, cancel).await.map_err(failed)?;
     let opts = BackupOptions {
         lsn,
         full: req.full,
@@ -110,10 +120,10 @@ pub(super) async fn send(
         gzip: req.gzip,
         reader: ReadKind::PageRequestHandler,
     };
-    let prepared = basebackup::prepare(&tl, opts).await.map_err(to_query_error)?;
+    let prepared = basebackup::prepare(&tl, opts).await.map_err(failed)?;
     be::copy_out_response(writer.buf());
-    let sink = CopySink { writer, cancel };
-    let (sink, _) = basebackup::send_tarball(&tl, prepared, sink).await.map_err(to_query_error)?;
+    let sink = CopySink { writer, cancel, timeline_cancel: &tl.cancel };
+    let (sink, _) = basebackup::send_tarball(&tl, prepared, sink).await.map_err(failed)?;
     be::copy_done(sink.writer.buf());
     be::command_complete(sink.writer.buf(), "COPY");
     sink.writer.flush(cancel).await
@@ -122,11 +132,19 @@ pub(super) async fn send(
 /// CopyData messages on the session's socket.
 struct CopySink<'a> {
     writer: &'a mut FrameWriter,
+    /// The connection's: a flush it cuts short ends the connection.
     cancel: &'a CancellationToken,
+    /// The timeline's, checked between chunks (never during a flush, which
+    /// would leave a partial message before the ErrorResponse): a backup
+    /// of a timeline that stops does not go on to look complete.
+    timeline_cancel: &'a CancellationToken,
 }
 
 impl ChunkSink for CopySink<'_> {
     async fn send(&mut self, chunk: Bytes) -> Result<(), BackupError> {
+        if self.timeline_cancel.is_cancelled() {
+            return Err(BackupError::Shutdown);
+        }
         be::copy_data(self.writer.buf(), &chunk);
         self.writer.flush(self.cancel).await.map_err(|e| match e {
             QueryError::Disconnected(io) => BackupError::Disconnected(io),
@@ -135,9 +153,19 @@ impl ChunkSink for CopySink<'_> {
     }
 }
 
-fn to_query_error(e: BackupError) -> QueryError {
+/// How `e` ends the command: see the module comment. `cancel` is the
+/// connection's (cancelled when the daemon stops).
+fn to_query_error(e: BackupError, tl: &Timeline, cancel: &CancellationToken) -> QueryError {
     match e {
-        BackupError::Shutdown => QueryError::Shutdown,
+        BackupError::Shutdown if cancel.is_cancelled() => QueryError::Shutdown,
+        BackupError::Shutdown => QueryError::command(
+            ADMIN_SHUTDOWN,
+            format!(
+                "timeline {}/{} is shutting down (deleted, detached or reset): \
+                 the backup is incomplete",
+                tl.tenant_id, tl.timeline_id
+            ),
+        ),
         BackupError::Disconnected(io) => QueryError::Disconnected(io),
         e @ (BackupError::NotReadable(_)
         | BackupError::Unaligned(_)

@@ -24,6 +24,15 @@
 //! 4. delete the L0 files (`Layer::delete_local`; a crash before that
 //!    leaves unlisted files, removed at start-up).
 //!
+//! A failed compaction leaves no file behind: the L1s written so far are
+//! removed, and so is the one being written (`LayerWriter`'s guard), so a
+//! compaction that ran out of disk space gives the space back at once.
+//!
+//! Errors: each context names one step, once ("write L1 layers"); what it
+//! wraps names the rest (the IO engine names the operation and the file).
+//! [`Timeline::compact`] names which of its two parts failed; its callers
+//! (the background loop, `PUT .../compact`) add nothing that repeats it.
+//!
 //! Concurrency: compaction, image creation and GC of a timeline run one at
 //! a time under its `maintenance` mutex; flushes go on beside them (they
 //! only add L0s on top, the map's swap is under its lock).
@@ -116,7 +125,7 @@ impl Timeline {
         let due = l0s.len() >= self.conf.compaction.compaction_threshold;
         if due || (opts.force_l0_compaction && !l0s.is_empty()) {
             let started = Instant::now();
-            let written = self.compact_l0s(&l0s).await?;
+            let written = self.compact_l0s(&l0s).await.context("L0 compaction")?;
             report.l0_layers_compacted = l0s.len();
             report.l1_layers_written = written.len();
             report.l1_bytes_written = written.iter().map(|l| l.file_size).sum();
@@ -135,7 +144,10 @@ impl Timeline {
             );
             self.l0_count_changed.notify_waiters();
         }
-        let (images, bytes) = self.create_image_layers(opts.force_image_layer_creation).await?;
+        let (images, bytes) = self
+            .create_image_layers(opts.force_image_layer_creation)
+            .await
+            .context("image layer creation")?;
         (report.image_layers_written, report.image_bytes_written) = (images, bytes);
         Ok(report)
     }
@@ -145,15 +157,15 @@ impl Timeline {
     async fn compact_l0s(&self, l0s: &[Arc<Layer>]) -> anyhow::Result<Vec<Arc<Layer>>> {
         assert!(!l0s.is_empty());
         let lsn_range = l0s[0].name.lsn_range.start..l0s[l0s.len() - 1].name.lsn_range.end;
-        let files = Self::resident_files(l0s).await.context("compaction: download the L0s")?;
-        let written = match self.merge_into_l1s(&files, lsn_range).await {
-            Ok(w) => w,
-            Err(e) => return Err(e.context("compaction: write L1 layers")),
-        };
-        failpoint("compaction::before-swap")?;
+        let files = Self::resident_files(l0s).await.context("download the L0s")?;
+        let written = self.merge_into_l1s(&files, lsn_range).await.context("write L1 layers")?;
+        if let Err(e) = failpoint("compaction::before-swap") {
+            self.delete_replaced(&written).await;
+            return Err(e.into());
+        }
         self.layers.write().unwrap().replace_l0s(l0s, written.clone());
         failpoint("compaction::before-manifest")?;
-        self.persist_manifest().await.context("compaction: persist the manifest")?;
+        self.persist_manifest().await.context("persist the manifest")?;
         failpoint("compaction::before-delete")?;
         self.delete_replaced(l0s).await;
         Ok(written)
@@ -161,7 +173,7 @@ impl Timeline {
 
     /// Steps 1 of the module comment: the merged L1 files, written and
     /// renamed into place (not yet listed anywhere). On error the files
-    /// already written are removed.
+    /// already written are removed (the one being written removes itself).
     async fn merge_into_l1s(
         &self,
         l0s: &[Arc<LayerFile>],

@@ -20,6 +20,9 @@
 //!
 //! Crash safety as compaction's: write the files, add them to the map,
 //! persist the manifest; a crash before the manifest leaves unlisted files.
+//! A failure does not: a range whose image fails leaves no file (the
+//! writer's guard removes it), and the images written are removed if they
+//! cannot be added.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -61,10 +64,13 @@ impl Timeline {
         }
         let bytes: u64 = written.iter().map(|l| l.file_size).sum();
         let n = written.len();
-        failpoint("image-creation::before-swap")?;
+        if let Err(e) = failpoint("image-creation::before-swap") {
+            self.delete_replaced(&written).await;
+            return Err(e.into());
+        }
         self.layers.write().unwrap().add_images(image_lsn, written);
         failpoint("image-creation::before-manifest")?;
-        self.persist_manifest().await.context("image creation: persist the manifest")?;
+        self.persist_manifest().await.context("persist the manifest")?;
         metrics::record_task(Task::ImageCreation, started.elapsed(), n, bytes);
         info!("wrote {n} image layers at {image_lsn} ({bytes} bytes) in {:?}", started.elapsed());
         Ok((n, bytes))

@@ -11,9 +11,13 @@
 //! Crash safety: the file is written under a `.___temp` name, fsynced and
 //! renamed; the directory fsync that makes the rename durable is the one of
 //! the manifest update that follows in the same directory (until then the
-//! manifest does not list the file, and start-up removes it). A writer
-//! dropped before `finish` leaves only its temp file, which start-up (or the
-//! next writer of the name) removes. A layer file is immutable once renamed.
+//! manifest does not list the file, and start-up removes it). A write that
+//! fails, or a writer dropped before `finish`, removes its file at once
+//! ([`unfinished::Unfinished`]); start-up removes what a crash left. A layer
+//! file is immutable once renamed.
+//!
+//! Errors: the IO engine's errors name the operation and the file; nothing
+//! here repeats them, a context names only the step.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -34,6 +38,9 @@ use super::header::{Header, Layout, BLOCK_BYTES};
 use super::index_builder::{BuiltIndex, IndexBuilder};
 use super::tree_index::TreeIndex;
 use super::{Index, LayerFile};
+use unfinished::Unfinished;
+
+mod unfinished;
 
 /// Size of each value write, and of each piece of the flush's copy.
 const COPY_CHUNK: usize = 1024 * 1024;
@@ -41,8 +48,9 @@ const _: () = assert!((COPY_CHUNK as u64).is_multiple_of(BLOCK_BYTES));
 const _: () = assert!(COPY_CHUNK.is_multiple_of(io_engine::BUF_ALIGN));
 
 async fn write_at(file: &File, data: AlignedBuf, offset: u64) -> anyhow::Result<AlignedBuf> {
+    // The engine's error names the operation and the file.
     let (buf, res) = file.write_all_at(data, offset).await;
-    res.with_context(|| format!("write {}", file.path().display()))?;
+    res?;
     Ok(buf)
 }
 
@@ -103,10 +111,12 @@ async fn copy_values(
 }
 
 /// Write the index blocks, then the header; commit the temp file under its
-/// target name (deferring the directory fsync) and open the layer.
+/// target name `path` (deferring the directory fsync) and open the layer.
+/// On error `unfinished` removes the file, under either name.
 async fn finish_file(
     engine: &IoEngine,
-    temp: TempFile,
+    (temp, path): (TempFile, &Path),
+    mut unfinished: Unfinished,
     name: LayerName,
     ids: (TenantId, TimelineId),
     values_len: u64,
@@ -135,11 +145,13 @@ async fn finish_file(
     };
     write_at(file, AlignedBuf::from_slice(&header.encode()), 0).await?;
     // The directory fsync comes with the manifest update (same directory).
-    let file = temp.commit_deferring_dir_sync().await.context("write layer file")?;
+    unfinished.renaming_to(path);
+    let file = temp.commit_deferring_dir_sync().await.context("commit the layer file")?;
     let file_size = file.len().await?;
     let expected = layout.file_size(index_offset, index.shape.index_bytes());
     assert_eq!(file_size, expected, "{}", file.path().display());
     let tree = TreeIndex::written(&header, index.shape, index.root())?;
+    unfinished.keep();
     Ok(LayerFile::assemble(engine, name, file, file_size, &header, Index::Tree(tree)))
 }
 
@@ -170,11 +182,13 @@ impl LayerFile {
         let temp =
             engine.create_temp_direct(&path, direct_io).await.context("create layer file")?;
         let temp = temp.with_failpoints("flush");
+        let unfinished = Unfinished::new(engine, &temp);
         let values_len = layer.size();
         let values_offset = Layout::CURRENT.values_offset();
         copy_values(layer.ephemeral_file(), temp.file(), values_len, values_offset).await?;
         let ids = (tenant_id, timeline_id);
-        finish_file(engine, temp, name, ids, values_len, index.finish()).await
+        let index = index.finish();
+        finish_file(engine, (temp, path.as_path()), unfinished, name, ids, values_len, index).await
     }
 }
 
@@ -261,6 +275,8 @@ pub struct LayerWriter {
     kind: LayerKind,
     lsn_range: Range<Lsn>,
     values: ValueSink,
+    /// Removes the file if the writer fails or is dropped unfinished.
+    unfinished: Unfinished,
     index: IndexBuilder,
     first_key: Option<Key>,
     last_key: Option<CompactKey>,
@@ -294,6 +310,7 @@ impl LayerWriter {
             .await
             .context("create layer file")?
             .with_failpoints("layer-write");
+        let unfinished = Unfinished::new(engine, &temp);
         Ok(LayerWriter {
             engine: engine.clone(),
             dir: dir.to_path_buf(),
@@ -301,6 +318,7 @@ impl LayerWriter {
             kind,
             lsn_range,
             values: ValueSink::new(temp),
+            unfinished,
             index: IndexBuilder::new(),
             first_key: None,
             last_key: None,
@@ -379,8 +397,14 @@ impl LayerWriter {
             path.display()
         );
         let values_len = self.values.len;
+        let unfinished = self.unfinished;
         let mut temp = self.values.finish().await?;
         temp.retarget(&path);
-        finish_file(&self.engine, temp, name, self.ids, values_len, self.index.finish()).await
+        let (index, engine) = (self.index.finish(), &self.engine);
+        finish_file(engine, (temp, path.as_path()), unfinished, name, self.ids, values_len, index)
+            .await
     }
 }
+
+#[cfg(test)]
+mod tests;
