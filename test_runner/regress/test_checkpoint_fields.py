@@ -16,15 +16,15 @@ from fixtures.backup import fetch_backup, restore
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import follow_primary
 from test_basebackup import caught_up, fmt_lsn
-from test_wal_ingest import PRIMARY_GONE
+from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, WAL_COMPRESSION
 
 # A non-immediate checkpoint sleeps 100 ms after each buffer it writes while
 # ahead of schedule: with ~60 dirty buffers it runs for several seconds.
 # No timed checkpoint meanwhile; no autovacuum (no VM pages: see item 1).
 SETTINGS = {
+    **PRIMARY_SETTINGS,
     "checkpoint_timeout": "'300s'",
     "checkpoint_completion_target": "0.9",
-    "max_replication_slots": "4",
     "autovacuum": "off",
 }
 
@@ -37,7 +37,7 @@ def checksummed_primary(request, test_output_dir, port_distributor):
         pytest.fail(f"PostgreSQL {major} is not installed: run scripts/install-test-deps.sh")
     pg = VanillaPostgres(test_output_dir / f"pg{major}", port_distributor.get(), bin_dir=bin_dir)
     pg.major = major
-    pg.init(SETTINGS, data_checksums=True).start()
+    pg.init({**SETTINGS, "wal_compression": WAL_COMPRESSION[major]}, data_checksums=True).start()
     yield pg
     pg.stop(mode="immediate")
     pg.release()

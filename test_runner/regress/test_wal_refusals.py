@@ -18,6 +18,7 @@ from fixtures.pagestream import parse_lsn
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import follow_primary
 from test_basebackup import caught_up, fmt_lsn
+from test_wal_ingest import PRIMARY_SETTINGS
 
 # The slot is dropped while the primary runs with wal_level = minimal (a
 # physical slot stops it from starting) and re-created after: the daemon's
@@ -32,7 +33,7 @@ def primary(test_output_dir, port_distributor):
         pytest.fail("PostgreSQL 15 is not installed: run scripts/install-test-deps.sh")
     pg = VanillaPostgres(test_output_dir / "pg15", port_distributor.get(), bin_dir=bin_dir)
     # wal_keep_size: the WAL after the slot's drop stays for the daemon.
-    pg.init({"max_replication_slots": "4", "wal_keep_size": "'256MB'", "autovacuum": "off"}).start()
+    pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd", "wal_keep_size": "'256MB'", "autovacuum": "off"}).start()
     yield pg
     pg.stop(mode="immediate")
     pg.release()

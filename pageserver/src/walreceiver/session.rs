@@ -276,3 +276,16 @@ impl StandbyChecks {
         }
     }
 }
+
+/// Make everything ingested durable, then tell the primary.
+async fn flush_and_report(
+    tl: &Timeline,
+    status: &mut StatusReporter,
+    stream: &mut pq_proto::replication::ReplicationStream<'_>,
+    decoder: &WalStreamDecoder,
+) -> anyhow::Result<()> {
+    if tl.get_disk_consistent_lsn() < tl.get_last_record_lsn() {
+        tl.freeze_and_flush().await.context("flush ingested WAL")?;
+    }
+    status.send(stream, tl, decoder, false).await
+}
