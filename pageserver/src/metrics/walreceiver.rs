@@ -10,6 +10,9 @@
 //! | `pageserver_wal_receiver_reconnects_total` | counter | | replication sessions that ended and were retried |
 //! | `pageserver_wal_receiver_lag_bytes` | gauge | `tenant_id`, `timeline_id` | the primary's latest WAL end minus `last_record_lsn` |
 //! | `pageserver_wal_receiver_lag_seconds` | gauge | `tenant_id`, `timeline_id` | while behind: time since the primary sent its latest message |
+//! | `pageserver_wal_receiver_refusals_total` | counter | `reason` | sessions that stopped at WAL a standby must refuse (`wal_level_minimal`) |
+//! | `pageserver_wal_ingest_full_page_writes_off_total` | counter | | times a followed primary was seen turning `full_page_writes` off |
+//! | `pageserver_wal_receiver_stopped` | gauge | `tenant_id`, `timeline_id` | 1 while the receiver of a followed timeline has stopped (refused WAL: the reason is in the timeline detail) |
 //! | `pageserver_wal_receiver_positions` | gauge | `tenant_id`, `timeline_id`, `position` | the last reported `write`, `flush` and `apply` LSNs (as numbers) |
 
 use std::sync::LazyLock;
@@ -17,7 +20,7 @@ use std::sync::LazyLock;
 use postgres_ffi::wal::rmgr::rmgr_name;
 use prometheus::{
     register_gauge_vec, register_histogram, register_int_counter, register_int_counter_vec,
-    register_int_gauge_vec, GaugeVec, Histogram, IntCounter, IntGaugeVec,
+    register_int_gauge_vec, GaugeVec, Histogram, IntCounter, IntCounterVec, IntGaugeVec,
 };
 use utils::lsn::Lsn;
 
@@ -31,6 +34,9 @@ pub struct WalReceiverMetrics {
     records: [IntCounter; RMGR_SLOTS],
     pub ingest_seconds: Histogram,
     pub reconnects: IntCounter,
+    pub refusals: IntCounterVec,
+    pub full_page_writes_off: IntCounter,
+    stopped: IntGaugeVec,
     lag_bytes: IntGaugeVec,
     lag_seconds: GaugeVec,
     positions: IntGaugeVec,
@@ -44,6 +50,8 @@ pub struct FollowerSample {
     pub lag_seconds: f64,
     /// The latest standby status sent: write, flush, apply.
     pub reported: [Lsn; 3],
+    /// The receiver has stopped (refused WAL) though the timeline has a source.
+    pub stopped: bool,
 }
 
 impl WalReceiverMetrics {
@@ -57,8 +65,10 @@ impl WalReceiverMetrics {
         self.lag_bytes.reset();
         self.lag_seconds.reset();
         self.positions.reset();
+        self.stopped.reset();
         for s in samples {
             let ids = [s.tenant_id.as_str(), s.timeline_id.as_str()];
+            self.stopped.with_label_values(&ids).set(s.stopped as i64);
             self.lag_bytes.with_label_values(&ids).set(s.lag_bytes as i64);
             self.lag_seconds.with_label_values(&ids).set(s.lag_seconds);
             for (pos, lsn) in ["write", "flush", "apply"].iter().zip(s.reported) {
@@ -70,6 +80,8 @@ impl WalReceiverMetrics {
 }
 
 const TIMELINE_LABELS: &[&str] = &["tenant_id", "timeline_id"];
+/// Every `Refusal::label`.
+const REFUSAL_REASONS: [&str; 1] = ["wal_level_minimal"];
 
 pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
     let records = register_int_counter_vec!(
@@ -78,6 +90,15 @@ pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
         &["rmgr"]
     )
     .expect("register metric");
+    let refusals = register_int_counter_vec!(
+        "pageserver_wal_receiver_refusals_total",
+        "Sessions that stopped at WAL a standby must refuse, by reason",
+        &["reason"]
+    )
+    .expect("register metric");
+    for reason in REFUSAL_REASONS {
+        refusals.with_label_values(&[reason]).reset(); // a series from the first scrape
+    }
     WalReceiverMetrics {
         wal_bytes: register_int_counter!(
             "pageserver_wal_ingest_bytes_total",
@@ -97,6 +118,18 @@ pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
         reconnects: register_int_counter!(
             "pageserver_wal_receiver_reconnects_total",
             "Replication sessions that ended and were retried"
+        )
+        .expect("register metric"),
+        refusals,
+        full_page_writes_off: register_int_counter!(
+            "pageserver_wal_ingest_full_page_writes_off_total",
+            "Times a followed primary was seen turning full_page_writes off"
+        )
+        .expect("register metric"),
+        stopped: register_int_gauge_vec!(
+            "pageserver_wal_receiver_stopped",
+            "1 while the receiver of a followed timeline has stopped (refused WAL)",
+            TIMELINE_LABELS
         )
         .expect("register metric"),
         lag_bytes: register_int_gauge_vec!(

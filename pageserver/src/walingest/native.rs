@@ -2,9 +2,7 @@
 //! what `postgres_ffi::wal::rmgr::classify` says a record does besides its
 //! images, turned into writes of the modification.
 
-use bytes::Bytes;
 use pageserver_api::reltag::{RelTag, SlruKind};
-use postgres_ffi::controlfile::CheckPoint;
 use postgres_ffi::records::VM_HEAPBLOCKS_PER_PAGE;
 use postgres_ffi::slru::{
     segment_of_page, CLOG_XACTS_PER_PAGE, TRANSACTION_STATUS_ABORTED, TRANSACTION_STATUS_COMMITTED,
@@ -14,82 +12,21 @@ use postgres_ffi::wal::rmgr::{
     XactRecord, XlogRecord, SMGR_TRUNCATE_FSM, SMGR_TRUNCATE_HEAP, SMGR_TRUNCATE_VM,
 };
 use postgres_ffi::wal::DecodedWalRecord;
-use postgres_ffi::PgMajorVersion;
 
 use super::{rel_of, Ingested, WalIngest};
 use crate::pgdatadir_mapping::{zero_page, DatadirModification};
 use crate::tenant::value::{Record, Value};
 
+mod checkpoint;
 mod copy_db;
 mod slru;
+
+pub use checkpoint::CheckpointState;
 
 /// PostgreSQL forks: main, FSM, VM, init.
 const FORKS: [u8; 4] = [0, 1, 2, 3];
 const FSM_FORK: u8 = 1;
 const VM_FORK: u8 = 2;
-
-/// `FirstNormalTransactionId`: xids below it are special.
-const FIRST_NORMAL_XID: u32 = 3;
-/// `nextXid` advances in steps of this many xids (a power of two; a CLOG
-/// page holds a multiple of it, so a rounded value stays on the page of
-/// the xid or starts the next one, which PostgreSQL's start-up allows).
-const XID_CHECKPOINT_INTERVAL: u64 = 1024;
-
-/// The checkpoint as WAL moves it (`nextOid`, `nextMulti`...).
-pub struct CheckpointState {
-    version: PgMajorVersion,
-    raw: Vec<u8>,
-    current: CheckPoint,
-    dirty: bool,
-}
-
-impl CheckpointState {
-    pub fn new(raw: Bytes, version: PgMajorVersion) -> CheckpointState {
-        let current = CheckPoint::decode(&raw, version);
-        CheckpointState { version, raw: raw.to_vec(), current, dirty: false }
-    }
-
-    fn update(&mut self, f: impl FnOnce(&mut CheckPoint)) {
-        let before = self.current;
-        f(&mut self.current);
-        self.dirty |= self.current != before;
-    }
-
-    /// Move `nextXid` past `xid`, an xid seen in WAL, so that a server
-    /// started from this checkpoint never reuses it (a checkpoint record's
-    /// `nextXid` is taken when the checkpoint starts; transactions go on
-    /// meanwhile). Rounded up to [`XID_CHECKPOINT_INTERVAL`]: the value is
-    /// rewritten once per that many xids, not per record. 64-bit
-    /// arithmetic: `nextXid` carries the epoch.
-    pub fn note_xid(&mut self, xid: u32) {
-        if xid < FIRST_NORMAL_XID {
-            return;
-        }
-        let next = self.current.next_xid;
-        let (epoch, next_lo) = (next >> 32, next as u32);
-        // Modulo-2^32 comparison, as TransactionIdPrecedes: older xids are ignored.
-        if (xid.wrapping_sub(next_lo) as i32) < 0 {
-            return;
-        }
-        let epoch = if xid < next_lo { epoch + 1 } else { epoch };
-        let full = (epoch << 32) | xid as u64;
-        let mut new_next = (full + XID_CHECKPOINT_INTERVAL) & !(XID_CHECKPOINT_INTERVAL - 1);
-        if (new_next as u32) < FIRST_NORMAL_XID {
-            new_next |= FIRST_NORMAL_XID as u64; // past the special xids of a new epoch
-        }
-        self.update(|c| c.next_xid = c.next_xid.max(new_next));
-    }
-
-    /// True once per change: the caller then stores `encode()`.
-    pub fn take_dirty(&mut self) -> bool {
-        std::mem::take(&mut self.dirty)
-    }
-
-    pub fn encode(&mut self) -> Bytes {
-        self.current.encode_into(&mut self.raw, self.version);
-        Bytes::copy_from_slice(&self.raw)
-    }
-}
 
 pub async fn apply(
     ingest: &mut WalIngest,
@@ -246,16 +183,18 @@ async fn database(r: DatabaseRecord, m: &mut DatadirModification<'_>) -> anyhow:
     }
 }
 
-/// Returns true for a shutdown checkpoint.
+/// Returns true for a shutdown checkpoint. What a checkpoint does to the
+/// counters: `checkpoint.rs`. PARAMETER_CHANGE and FPW_CHANGE change no
+/// page; the receiver checks them before ingest
+/// (`postgres_ffi::wal::rmgr::xlog::standby_check`).
 fn xlog(r: XlogRecord, checkpoint: &mut CheckpointState) -> bool {
     match r {
         XlogRecord::Checkpoint { checkpoint: cp, shutdown } => {
-            // Keep the xids seen since the checkpoint began (`note_xid`).
-            checkpoint.update(|c| *c = CheckPoint { next_xid: cp.next_xid.max(c.next_xid), ..cp });
+            checkpoint.checkpoint(cp, shutdown);
             shutdown
         }
         XlogRecord::NextOid(oid) => {
-            checkpoint.update(|c| c.next_oid = oid);
+            checkpoint.next_oid(oid);
             false
         }
         _ => false,
@@ -300,46 +239,4 @@ async fn vm_clear(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn state(next_xid: u64) -> CheckpointState {
-        let v = PgMajorVersion::V16;
-        let mut raw = vec![0u8; postgres_ffi::controlfile::CHECKPOINT_SIZE];
-        CheckPoint { next_xid, ..Default::default() }.encode_into(&mut raw, v);
-        CheckpointState::new(Bytes::from(raw), v)
-    }
-
-    #[test]
-    fn next_xid_moves_past_every_xid_seen() {
-        let mut s = state((1 << 32) | 750);
-        s.note_xid(700); // older: nothing
-        s.note_xid(2); // special: nothing
-        assert!(!s.take_dirty());
-        s.note_xid(750);
-        assert_eq!(s.current.next_xid, (1 << 32) | 1024);
-        assert!(s.take_dirty());
-        s.note_xid(1000); // still below the rounded value: no rewrite
-        assert!(!s.take_dirty());
-        s.note_xid(1024);
-        assert_eq!(s.current.next_xid, (1 << 32) | 2048);
-        // Wraparound: the xid after u32::MAX is in the next epoch.
-        let mut s = state((1 << 32) | 0xFFFF_FF00);
-        s.note_xid(0xFFFF_FFF0);
-        assert_eq!(s.current.next_xid, (2 << 32) | FIRST_NORMAL_XID as u64);
-        s.note_xid(5);
-        assert_eq!(s.current.next_xid, (2 << 32) | 1024);
-        // A checkpoint record does not move nextXid back.
-        xlog(
-            XlogRecord::Checkpoint {
-                checkpoint: CheckPoint { next_xid: (2 << 32) | 10, ..Default::default() },
-                shutdown: false,
-            },
-            &mut s,
-        );
-        assert_eq!(s.current.next_xid, (2 << 32) | 1024);
-    }
 }

@@ -13,6 +13,14 @@
 //! primary stopped or restarted, the network broke) is retried after a
 //! capped exponential backoff, logged once per attempt with the reason.
 //!
+//! A session that meets WAL a standby must refuse (`SessionEnd::Refused`:
+//! the primary ran with `wal_level = minimal`) is not retried: reconnecting
+//! would stream the same record again. The receiver stops with state
+//! `stopped` and the reason and LSN in `last_error`; what was ingested
+//! before that LSN stays readable. It runs again when an operator sets the
+//! source again (`PUT .../source`) or at the next start-up, and refuses
+//! again while that WAL is what follows.
+//!
 //! Durability contract with the primary: the flush position reported is
 //! `disk_consistent_lsn` (with remote storage: no more than
 //! `remote_consistent_lsn`), so the slot never releases WAL that is not in
@@ -27,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn, Instrument};
+use tracing::{error, info, warn, Instrument};
 
 use crate::metrics::walreceiver::{FollowerSample, METRICS};
 use crate::tenant::mgr::TenantManager;
@@ -105,6 +113,7 @@ pub fn refresh_metrics(tenants: &TenantManager) {
                 lag_bytes,
                 lag_seconds: lag_ms as f64 / 1000.0,
                 reported: status.reported,
+                stopped: status.state == "stopped",
             });
         }
     }
@@ -127,6 +136,16 @@ async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
         }
         match ended {
             Ok(SessionEnd::Cancelled) => break,
+            Ok(SessionEnd::Refused(refused)) => {
+                error!("WAL refused: {refused}");
+                METRICS.refusals.with_label_values(&[refused.reason.label()]).inc();
+                let mut status = tl.receiver_status.lock().unwrap();
+                status.last_error = Some(refused.to_string());
+                status.state = "stopped";
+                drop(status);
+                info!("WAL receiver stopped at {}", tl.get_last_record_lsn());
+                return;
+            }
             Ok(end) => {
                 info!("replication ended: {end}; reconnecting");
                 backoff = conf.min_backoff;

@@ -7,12 +7,20 @@
 //! commit, one `last_record_lsn` advance). Nothing is read from the socket
 //! while a commit waits for ingest backpressure (in-memory budget, frozen
 //! layers), so a fast primary is slowed by TCP, not buffered in memory.
+//!
+//! Before ingest, each record goes through the checks a PostgreSQL standby
+//! makes (`postgres_ffi::wal::rmgr::xlog::standby_check`): a record it
+//! must refuse (a `wal_level=minimal` PARAMETER_CHANGE) ends the session
+//! with [`SessionEnd::Refused`] after committing the records before it,
+//! so everything below its LSN stays readable; the receiver then stops
+//! (`mod.rs`). `full_page_writes = off` is logged as a warning.
 
 use std::fmt;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use postgres_ffi::wal::WalStreamDecoder;
+use postgres_ffi::wal::rmgr::xlog::{standby_check, Refusal, StandbyCheck};
+use postgres_ffi::wal::{DecodedWalRecord, WalStreamDecoder};
 use postgres_ffi::PgMajorVersion;
 use pq_proto::replication::{ReplicationClient, ReplicationMessage, XLogData};
 use tokio::time::{sleep_until, Instant as TokioInstant};
@@ -33,6 +41,29 @@ pub enum SessionEnd {
     Cancelled,
     /// The primary ended the stream (shutdown, timeline switch).
     Primary(String),
+    /// WAL a standby must refuse: ingest stopped before it.
+    Refused(Refused),
+}
+
+/// A record ingest must not go past, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub reason: Refusal,
+    /// The refused record's start: everything before it is ingested.
+    pub lsn: Lsn,
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (XLOG PARAMETER_CHANGE at {}); ingest stopped there, reads below it are served; \
+             delete the timeline, or bootstrap a new one from a backup taken after wal_level \
+             was raised",
+            self.reason.message(),
+            self.lsn
+        )
+    }
 }
 
 impl fmt::Display for SessionEnd {
@@ -40,6 +71,7 @@ impl fmt::Display for SessionEnd {
         match self {
             SessionEnd::Cancelled => f.write_str("timeline shutting down"),
             SessionEnd::Primary(why) => write!(f, "the primary ended the stream ({why})"),
+            SessionEnd::Refused(r) => r.fmt(f),
         }
     }
 }
@@ -70,6 +102,7 @@ pub async fn run(
     let mut decoder = WalStreamDecoder::new(start, version);
     decoder.set_system_id(source.system_id);
     let mut ingest = WalIngest::new(tl, start).await?;
+    let mut checks = StandbyChecks { version, full_page_writes_off: false };
     let mut stream = client
         .start_replication(Some(&source.slot), start.0, id.timeline)
         .await
@@ -94,8 +127,14 @@ pub async fn run(
             msg = stream.recv() => match msg.context("receive WAL")? {
                 ReplicationMessage::XLogData(x) => {
                     observe(tl, x.wal_start + x.data.len() as u64, x.wal_end, x.server_time.0);
-                    let shutdown = ingest_message(tl, &mut decoder, &mut ingest, x).await?;
-                    if shutdown {
+                    let got = ingest_message(tl, &mut decoder, &mut ingest, &mut checks, x).await?;
+                    if let Some(refused) = got.refused {
+                        // What came before is durable and acknowledged, so
+                        // the slot keeps only the WAL from the refusal on.
+                        flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
+                        return Ok(SessionEnd::Refused(refused));
+                    }
+                    if got.shutdown_checkpoint {
                         flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
                         idle_deadline = None;
                     } else {
@@ -131,14 +170,24 @@ fn observe(tl: &Timeline, received: u64, primary_end: u64, primary_time_us: i64)
     s.primary_time_us = primary_time_us;
 }
 
+/// What the records of one message were.
+#[derive(Default)]
+struct MessageIngested {
+    /// One of them was a shutdown checkpoint.
+    shutdown_checkpoint: bool,
+    /// A record that must not be ingested: the ones before it are, the
+    /// rest of the message is dropped.
+    refused: Option<Refused>,
+}
+
 /// Feed one XLogData message and ingest every record it completes.
-/// Returns true if one of them was a shutdown checkpoint.
 async fn ingest_message(
     tl: &Timeline,
     decoder: &mut WalStreamDecoder,
     ingest: &mut WalIngest,
+    checks: &mut StandbyChecks,
     x: XLogData,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<MessageIngested> {
     if Lsn(x.wal_start) != decoder.fed_lsn() {
         bail!(
             "the primary sent WAL from {} but the stream is at {}",
@@ -150,9 +199,13 @@ async fn ingest_message(
     decoder.feed_bytes(&x.data);
     let started = Instant::now();
     let mut modification: Option<DatadirModification<'_>> = None;
-    let mut shutdown_checkpoint = false;
+    let mut out = MessageIngested::default();
     let mut last: Option<(Lsn, Lsn)> = None;
     while let Some(rec) = decoder.poll_decode()? {
+        if let Some(refused) = checks.check(&rec)? {
+            out.refused = Some(refused);
+            break;
+        }
         last = Some((rec.end_lsn, rec.lsn));
         if crate::walingest::reads_committed_state(&rec) {
             if let Some(m) = modification.take() {
@@ -167,7 +220,7 @@ async fn ingest_message(
             }
         };
         let outcome = ingest.ingest(&rec, m).await?;
-        shutdown_checkpoint |= outcome.shutdown_checkpoint;
+        out.shutdown_checkpoint |= outcome.shutdown_checkpoint;
         METRICS.record(rec.rmid);
         if outcome.shutdown_checkpoint {
             tracing::info!("shutdown checkpoint at {}", rec.lsn);
@@ -180,7 +233,48 @@ async fn ingest_message(
     if let Some((end, start)) = last {
         tl.set_last_record(end, start);
     }
-    Ok(shutdown_checkpoint)
+    Ok(out)
+}
+
+/// The checks of a standby (`standby_check`), and what they remember.
+struct StandbyChecks {
+    version: PgMajorVersion,
+    /// The latest `full_page_writes` seen was off.
+    full_page_writes_off: bool,
+}
+
+impl StandbyChecks {
+    /// `Some` for a record that must not be ingested.
+    fn check(&mut self, rec: &DecodedWalRecord) -> anyhow::Result<Option<Refused>> {
+        let check = standby_check(rec, self.version)
+            .with_context(|| format!("record at {}", rec.lsn))?;
+        match check {
+            Some(StandbyCheck::Refuse(reason)) => return Ok(Some(Refused { reason, lsn: rec.lsn })),
+            Some(StandbyCheck::FullPageWritesOff) => self.full_page_writes(true, rec.lsn),
+            Some(StandbyCheck::FullPageWritesOn) => self.full_page_writes(false, rec.lsn),
+            None => {}
+        }
+        Ok(None)
+    }
+
+    /// Log when `full_page_writes` turns off, or on again (once per change
+    /// per session: checkpoints repeat the setting). Off is replayable
+    /// (ingest stores images and records as they come), but the first
+    /// change of a page after a checkpoint then carries no image, so the
+    /// page is only as good as the redo of its records; the operator should
+    /// know.
+    fn full_page_writes(&mut self, off: bool, lsn: Lsn) {
+        let was_off = std::mem::replace(&mut self.full_page_writes_off, off);
+        if off && !was_off {
+            METRICS.full_page_writes_off.inc();
+            tracing::warn!(
+                "the primary runs with full_page_writes = off from {lsn}: the first change of \
+                 a page after a checkpoint carries no image"
+            );
+        } else if !off && was_off {
+            tracing::info!("the primary runs with full_page_writes = on again from {lsn}");
+        }
+    }
 }
 
 /// Make everything ingested durable, then tell the primary.

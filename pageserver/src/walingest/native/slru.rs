@@ -70,21 +70,15 @@ pub async fn multixact(
             for (page, patches) in by_page {
                 put_patches(SlruKind::MultiXactMembers, page, patches, m).await?;
             }
-            checkpoint.update(|c| {
-                if mid.wrapping_add(1).wrapping_sub(c.next_multi) as i32 > 0 {
-                    c.next_multi = mid.wrapping_add(1);
-                }
-                if next_offset.wrapping_sub(c.next_multi_offset) as i32 > 0 {
-                    c.next_multi_offset = next_offset;
-                }
-            });
+            let xids: Vec<u32> = members.iter().map(|m| m.xid).collect();
+            checkpoint.multixact_created(mid, next_offset, &xids);
             Ok(())
         }
         MultiXactRecord::Truncate { end_trunc_off, end_trunc_memb, oldest_multi_db, .. } => {
             truncate(SlruKind::MultiXactOffsets, end_trunc_off / MULTIXACT_OFFSETS_PER_PAGE, m)
                 .await?;
             truncate(SlruKind::MultiXactMembers, end_trunc_memb / MEMBERS_PER_PAGE, m).await?;
-            checkpoint.update(|c| c.oldest_multi_db = oldest_multi_db);
+            checkpoint.multixact_truncated(end_trunc_off, oldest_multi_db);
             Ok(())
         }
     }

@@ -13,7 +13,12 @@
 //!   `MaxConnections` 0, `max_worker_processes` 4, `max_wal_senders` 8,
 //!   `max_prepared_xacts` 12, `max_locks_per_xact` 16, `wal_level` 20,
 //!   `bool wal_log_hints` 24, `bool track_commit_timestamp` 25;
+//! - FPW_CHANGE carries `bool fpw` (the new `full_page_writes`);
 //! - CHECKPOINT_REDO (17, 18) carries `int wal_level`.
+//!
+//! [`standby_check`] says which records a standby must refuse to go past
+//! (as PostgreSQL's `CheckRequiredParameterValues`) and which deserve a
+//! warning.
 
 use super::super::{DecodedWalRecord, WalDecodeError};
 use super::cursor::Cursor;
@@ -55,7 +60,9 @@ pub enum XlogRecord {
     CheckpointRedo {
         wal_level: i32,
     },
-    /// Any other kind (NOOP, BACKUP_END, RESTORE_POINT, FPW_CHANGE,
+    /// `full_page_writes` was changed to this value.
+    FpwChange(bool),
+    /// Any other kind (NOOP, BACKUP_END, RESTORE_POINT,
     /// END_OF_RECOVERY, OVERWRITE_CONTRECORD, ...): nothing to apply.
     Other {
         info: u8,
@@ -75,6 +82,93 @@ pub struct ParameterChange {
     pub track_commit_timestamp: bool,
 }
 
+/// `wal_level` values (`xlog.h`): minimal, replica, logical.
+pub const WAL_LEVEL_MINIMAL: i32 = 0;
+pub const WAL_LEVEL_REPLICA: i32 = 1;
+pub const WAL_LEVEL_LOGICAL: i32 = 2;
+
+/// Why a standby cannot go past a record, as PostgreSQL's
+/// `CheckRequiredParameterValues` refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `wal_level = minimal`: relations created or truncated in the same
+    /// transaction as their data are not WAL-logged, so they cannot be
+    /// rebuilt from what follows.
+    WalLevelMinimal,
+}
+
+impl Refusal {
+    /// A short name for metrics labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::WalLevelMinimal => "wal_level_minimal",
+        }
+    }
+
+    /// PostgreSQL's own words for it.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::WalLevelMinimal => {
+                "WAL was generated with wal_level=minimal, cannot continue recovering"
+            }
+        }
+    }
+}
+
+/// What a standby says about a record (see [`standby_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StandbyCheck {
+    /// Stop before this record: what follows cannot be replayed.
+    Refuse(Refusal),
+    /// `full_page_writes` is off from here on (FPW_CHANGE, or a checkpoint
+    /// that says so): the first change of a page after a checkpoint carries
+    /// no image. Replayable, but worth telling the operator.
+    FullPageWritesOff,
+    /// `full_page_writes` is on again.
+    FullPageWritesOn,
+}
+
+/// The standby checks of an XLOG record: `Ok(None)` for records of other
+/// rmgrs and XLOG records a standby takes as they are.
+///
+/// The other settings `CheckRequiredParameterValues` compares
+/// (`max_connections`, `max_worker_processes`, `max_wal_senders`,
+/// `max_prepared_transactions`, `max_locks_per_transaction`) are refused
+/// only by a hot standby whose own setting is lower, since it replays into
+/// shared memory sized by its own settings; ingest has no such memory and
+/// no such settings (a server started from a backup brings its own), so
+/// they pass.
+pub fn standby_check(
+    rec: &DecodedWalRecord,
+    version: PgMajorVersion,
+) -> Result<Option<StandbyCheck>, WalDecodeError> {
+    if rec.rmid != crate::wal::rmgr_id::XLOG {
+        return Ok(None);
+    }
+    if !matches!(
+        rec.rmgr_info(),
+        XLOG_PARAMETER_CHANGE | XLOG_FPW_CHANGE | XLOG_CHECKPOINT_SHUTDOWN | XLOG_CHECKPOINT_ONLINE
+    ) {
+        return Ok(None);
+    }
+    Ok(match decode(rec, version)? {
+        Some(XlogRecord::ParameterChange(p)) if p.wal_level < WAL_LEVEL_REPLICA => {
+            Some(StandbyCheck::Refuse(Refusal::WalLevelMinimal))
+        }
+        Some(XlogRecord::FpwChange(fpw)) => Some(fpw_check(fpw)),
+        Some(XlogRecord::Checkpoint { checkpoint, .. }) => Some(fpw_check(checkpoint.full_page_writes)),
+        _ => None,
+    })
+}
+
+fn fpw_check(fpw: bool) -> StandbyCheck {
+    if fpw {
+        StandbyCheck::FullPageWritesOn
+    } else {
+        StandbyCheck::FullPageWritesOff
+    }
+}
+
 pub(crate) fn decode(
     rec: &DecodedWalRecord,
     version: PgMajorVersion,
@@ -86,6 +180,7 @@ pub(crate) fn decode(
         XLOG_NEXTOID => "XLOG NEXTOID",
         XLOG_PARAMETER_CHANGE => "XLOG PARAMETER_CHANGE",
         XLOG_CHECKPOINT_REDO if version >= PgMajorVersion::V17 => "XLOG CHECKPOINT_REDO",
+        XLOG_FPW_CHANGE => "XLOG FPW_CHANGE",
         XLOG_SWITCH => return Ok(Some(XlogRecord::Switch)),
         XLOG_FPI | XLOG_FPI_FOR_HINT => return Ok(None),
         _ => return Ok(Some(XlogRecord::Other { info })),
@@ -98,6 +193,7 @@ pub(crate) fn decode(
         },
         XLOG_NEXTOID => XlogRecord::NextOid(c.u32("nextOid")?),
         XLOG_PARAMETER_CHANGE => XlogRecord::ParameterChange(parameter_change(&mut c)?),
+        XLOG_FPW_CHANGE => XlogRecord::FpwChange(c.u8("fpw")? != 0),
         _ => XlogRecord::CheckpointRedo { wal_level: c.i32("wal_level")? },
     };
     c.finish()?;
@@ -240,6 +336,31 @@ mod tests {
             );
             assert_truncations_fail(main.bytes(), |m| xlog(XLOG_PARAMETER_CHANGE, m, v));
         }
+    }
+
+    #[test]
+    fn standby_checks() {
+        let v = PgMajorVersion::V15;
+        let change = |wal_level: i32| {
+            Le::new().i32(100).i32(8).i32(0).i32(0).i32(64).i32(wal_level).u8(0).u8(0).u16(0)
+        };
+        let check = |info: u8, main: &[u8]| standby_check(&record(XLOG, info, main), v).unwrap();
+        assert_eq!(
+            check(XLOG_PARAMETER_CHANGE, change(WAL_LEVEL_MINIMAL).bytes()),
+            Some(StandbyCheck::Refuse(Refusal::WalLevelMinimal))
+        );
+        // Lower max_connections, max_wal_senders = 0...: not refused.
+        assert_eq!(check(XLOG_PARAMETER_CHANGE, change(WAL_LEVEL_REPLICA).bytes()), None);
+        assert_eq!(check(XLOG_PARAMETER_CHANGE, change(WAL_LEVEL_LOGICAL).bytes()), None);
+        assert_eq!(check(XLOG_FPW_CHANGE, &[0]), Some(StandbyCheck::FullPageWritesOff));
+        assert_eq!(check(XLOG_FPW_CHANGE, &[1]), Some(StandbyCheck::FullPageWritesOn));
+        let mut cp = vec![0u8; CHECKPOINT_SIZE];
+        CheckPoint { full_page_writes: false, ..sample_checkpoint(v) }.encode_into(&mut cp, v);
+        assert_eq!(check(XLOG_CHECKPOINT_ONLINE, &cp), Some(StandbyCheck::FullPageWritesOff));
+        assert_eq!(check(XLOG_NEXTOID, &[0; 4]), None);
+        let heap = record(crate::wal::rmgr_id::HEAP, 0, &[]);
+        assert_eq!(standby_check(&heap, v).unwrap(), None);
+        assert!(standby_check(&record(XLOG, XLOG_FPW_CHANGE, &[]), v).is_err());
     }
 
     #[test]
