@@ -113,6 +113,7 @@ mod tests {
             lag_bytes: 0,
             lag_seconds: 0.0,
             reported: Default::default(),
+            stopped: false,
         }]);
         super::remote::REMOTE_CONSISTENT_LSN.with_label_values(&["t", "tl"]).set(0);
         let registered: std::collections::BTreeSet<String> =
