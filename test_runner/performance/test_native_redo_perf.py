@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -77,7 +78,9 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
     checkpoint cycle) followed, the daemon stopped, its slot copied (same
     restart_lsn), pgbench until >= CATCH_UP_MIB of WAL. Then, one after the
     other: pg_receivewal from the copy, and the restarted daemon until
-    `last_record_lsn` reaches the end (start-up included)."""
+    `last_record_lsn` reaches the end (start-up included). CPU time of
+    each (the daemon's from /proc, pg_receivewal's from rusage; the
+    walsender's is in neither) tells a slow run from a starved one."""
     if request.config.getoption("--perf-smoke"):
         pytest.skip("writes >= 1 GiB of WAL: minutes")
     scale = int(os.environ.get("CATCH_UP_SCALE", "50"))
@@ -96,7 +99,10 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
     end_lsn = pg.psql("SELECT pg_current_wal_insert_lsn()")
     pg.psql("SELECT pg_logical_emit_message(true, 'end', 'x')")  # a record past the end, for pg_receivewal
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     floor_s = receivewal_seconds(pg, "bench_receivewal", end_lsn, test_output_dir / "receivewal")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    floor_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     shutil.rmtree(test_output_dir / "receivewal")
     t0 = time.monotonic()
     ps.start()
@@ -104,6 +110,7 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
     profiler = start_profiler(ps.proc.pid) if PERF_DATA else None
     wait_for_lsn(http, tenant, tl, parse_lsn(end_lsn), interval=0.005)
     ours_s = time.monotonic() - t0
+    ours_cpu_s = cpu_seconds(ps.proc.pid)
     if profiler is not None:
         profiler.send_signal(signal.SIGINT)
         profiler.wait(timeout=120)
@@ -125,6 +132,11 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
         "pg_receivewal_s": round(floor_s, 2),
         "pageserver_s": round(ours_s, 2),
         "pageserver_start_s": round(started_s, 2),
+        "pg_receivewal_cpu_s": round(floor_cpu_s, 2),
+        "pageserver_cpu_s": round(ours_cpu_s, 2),
+        "pg_receivewal_mib_per_cpu_s": round(floor_mib / max(0.01, floor_cpu_s), 1),
+        "pageserver_mib_per_cpu_s": round(ours_mib / ours_cpu_s, 1),
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "pg_receivewal_mib_s": round(floor_mib / floor_s, 1),
         "pageserver_mib_s": round(ours_mib / ours_s, 1),
         "ratio": round((ours_mib / ours_s) / (floor_mib / floor_s), 2),
@@ -147,10 +159,17 @@ def streaming_from(ps) -> int:
     return parse_lsn(lsn)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_profiler(pid: int) -> subprocess.Popen:
     Path(PERF_DATA).parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        ["perf", "record", "-g", "-F", "499", "-p", str(pid), "-o", PERF_DATA],
+        ["perf", "record", "--call-graph", "dwarf", "-F", "499", "-p", str(pid), "-o", PERF_DATA],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 
@@ -162,8 +181,9 @@ def test_ordinary_wal_steady_state_lag(pageserver, vanilla_pg, request):
     """pgbench -c 4 -j 2 at full speed (60 s at scale 10; 5 s at scale 1
     with --perf-smoke). Every 100 ms: the primary's pg_current_wal_lsn, then
     the timeline detail polled until `last_record_lsn` reaches it. The
-    visibility lag is the time from reading the primary's LSN to the
-    daemon having ingested it; the byte lag is the LSN minus the first
+    visibility lag is the time from the primary's answer to the first
+    detail showing the daemon has ingested that LSN (at least one HTTP
+    round trip: `visible_ms` of samples with no byte lag is that floor); the byte lag is the LSN minus the first
     `last_record_lsn` read after it. `lag_ms` (the detail's copy of
     `pageserver_wal_receiver_lag_seconds`: while behind, time since the
     primary's latest message) is recorded too."""
@@ -197,6 +217,7 @@ def test_ordinary_wal_steady_state_lag(pageserver, vanilla_pg, request):
         "visible_ms_p50": round(percentile(visible_ms, 0.5), 2),
         "visible_ms_p99": round(percentile(visible_ms, 0.99), 2),
         "visible_ms_max": round(max(visible_ms), 2),
+        "visible_ms_p50_when_no_byte_lag": round(percentile([s[0] for s in samples if s[1] == 0], 0.5), 2),
         "lag_bytes_p50": percentile(lag_bytes, 0.5),
         "lag_bytes_p99": percentile(lag_bytes, 0.99),
         "lag_bytes_max": max(lag_bytes),
@@ -218,13 +239,14 @@ def sample_lag(conn, http, tenant: str, tl: str, bench: subprocess.Popen) -> lis
     while bench.poll() is None:
         tick = time.monotonic()
         primary = parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        known = time.monotonic()
         detail = http.timeline_get(tenant, tl)
         ingested = parse_lsn(detail["last_record_lsn"])
         lag_bytes, gauge_ms = max(0, primary - ingested), detail["wal_source"]["lag_ms"]
-        while ingested < primary and time.monotonic() - tick < 30:
+        while ingested < primary and time.monotonic() - known < 30:
             time.sleep(0.001)
             ingested = parse_lsn(http.timeline_get(tenant, tl)["last_record_lsn"])
-        samples.append(((time.monotonic() - tick) * 1000, lag_bytes, gauge_ms))
+        samples.append(((time.monotonic() - known) * 1000, lag_bytes, gauge_ms))
         time.sleep(max(0.0, 0.1 - (time.monotonic() - tick)))
     return samples
 
