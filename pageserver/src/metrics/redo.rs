@@ -36,8 +36,23 @@ pub static SKIPPED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("register metric")
 });
 
+/// Pre-creates a series for every record kind of every natively redone
+/// rmgr (PostgreSQL's names across 15-18), so `/metrics` lists them all
+/// from the first scrape.
 pub fn register() {
-    LazyLock::force(&CHECKED);
-    LazyLock::force(&MISMATCHES);
-    LazyLock::force(&SKIPPED);
+    use postgres_ffi::redo::{names::record_name, rmgr_name, NATIVE_RMGRS};
+    use postgres_ffi::PgMajorVersion;
+    for rmid in NATIVE_RMGRS {
+        let rmgr = rmgr_name(rmid);
+        SKIPPED.with_label_values(&[rmgr]);
+        for version in PgMajorVersion::ALL {
+            for info in (0..=u8::MAX).step_by(16) {
+                let record = record_name(rmid, info, version);
+                if record != "UNKNOWN" {
+                    CHECKED.with_label_values(&[rmgr, record]);
+                    MISMATCHES.with_label_values(&[rmgr, record]);
+                }
+            }
+        }
+    }
 }
