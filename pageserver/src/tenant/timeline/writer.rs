@@ -124,8 +124,8 @@ impl TimelineWriter<'_> {
         Ok(())
     }
 
-    /// Replace the newest value of each key in `long` (key, its LSN; just
-    /// put into `layer`, the open layer) by the key's image at that LSN.
+    /// Replace the value of each (key, LSN) in `long` (just put into
+    /// `layer`, the open layer) by the key's image at that LSN.
     /// A key whose page cannot be read keeps its records. See `chain.rs`.
     async fn write_chain_images(
         &mut self,
@@ -138,13 +138,17 @@ impl TimelineWriter<'_> {
             let pages = tl.get_vectored(chunk, ReadKind::Ingest).await;
             let pages = pages.context("read pages with long chains for their images")?;
             st.buf.clear();
-            st.entries.clear();
+            let mut images = Vec::with_capacity(chunk.len());
             for (&(key, lsn), page) in chunk.iter().zip(pages) {
                 match page {
                     Ok(page) => {
                         let start = st.buf.len();
                         Value::Image(page).serialize_into(&mut st.buf);
-                        st.entries.push((key, lsn, start..st.buf.len(), true));
+                        if st.buf.len() - start > MAX_BLOB_LEN {
+                            st.buf.truncate(start); // not a page: its records stay
+                            continue;
+                        }
+                        images.push((key, lsn, start..st.buf.len()));
                     }
                     Err(PageReconstructError::MissingKey { .. }) => {}
                     Err(e) => {
@@ -155,12 +159,12 @@ impl TimelineWriter<'_> {
                     }
                 }
             }
-            if st.entries.is_empty() {
+            if images.is_empty() {
                 continue;
             }
-            layer.put_serialized(&st.buf, &st.entries).await?;
+            layer.replace_with_images(&st.buf, &images).await?;
             tl.globals.in_memory_bytes.fetch_add(st.buf.len() as u64, Ordering::Relaxed);
-            redo_metrics::CHAIN_IMAGES.inc_by(st.entries.len() as u64);
+            redo_metrics::CHAIN_IMAGES.inc_by(images.len() as u64);
         }
         Ok(())
     }

@@ -14,11 +14,11 @@
 //! high, which costs one early image, never a wrong page.
 //!
 //! The image (`TimelineWriter::write_chain_images`): once a batch is in the
-//! open layer, each key at the bound is read through the normal read path
-//! at `L`, the LSN of its newest value in the batch, and the page is put at
-//! `L` as a `Value::Image`, replacing that value in the open layer (one
-//! value per key per LSN; the writer lock guarantees it is still the key's
-//! newest). So:
+//! open layer, each key is read through the normal read path at `L`, the
+//! LSN of the value at which its count reached the bound, and the page is
+//! stored at `L` as a `Value::Image`, replacing that value in the open layer
+//! (`InMemoryLayer::replace_with_images`: one value per key per LSN; the
+//! writer lock keeps the layer open). So:
 //! - the image equals the page after every record <= `L` (it is that read);
 //! - reads at `L` and above stop at it; reads below `L` use the records
 //!   below `L`, which stay where they were (GC treats the image as any
@@ -31,7 +31,7 @@
 //! keeps its records and is counted again from zero
 //! (`pageserver_chain_image_errors_total`): ingest never stops for it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ops::Range;
 
 use pageserver_api::key::{CompactKey, Key};
@@ -52,27 +52,20 @@ pub(in crate::tenant::timeline) struct ChainCounts {
 
 impl ChainCounts {
     /// Count a batch (entries as `put_serialized` takes them, per key in
-    /// LSN order); returns each key whose chain reached `bound`, with the
-    /// LSN of its newest value in the batch, and forgets their counts (the
-    /// caller writes their images).
+    /// LSN order); returns each (key, LSN) at which a key's chain reached
+    /// `bound`, in batch order (a key may come more than once: its count
+    /// starts again after each, as its image will replace that value).
     pub fn count(
         &mut self,
         entries: &[(Key, Lsn, Range<usize>, bool)],
         bound: usize,
     ) -> Vec<(Key, Lsn)> {
         let bound = u32::try_from(bound).unwrap_or(u32::MAX).max(1);
-        let mut due: BTreeMap<CompactKey, Lsn> = BTreeMap::new();
+        let mut due = Vec::new();
         for (key, lsn, _, will_init) in entries {
             let k = key.to_compact();
             if *will_init {
-                // An image or initializing value ends the chain (and one
-                // after the bound in the same batch makes its image moot).
-                self.counts.remove(&k);
-                due.remove(&k);
-                continue;
-            }
-            if let Some(at) = due.get_mut(&k) {
-                *at = *lsn; // more records after the bound: the image goes at the newest
+                self.counts.remove(&k); // an image or initializing value ends the chain
                 continue;
             }
             if !self.counts.contains_key(&k) && self.counts.len() >= MAX_TRACKED_KEYS {
@@ -82,10 +75,10 @@ impl ChainCounts {
             *c += 1;
             if *c >= bound {
                 self.counts.remove(&k);
-                due.insert(k, *lsn);
+                due.push((*key, *lsn));
             }
         }
-        due.into_iter().map(|(k, lsn)| (Key::from_compact(k), lsn)).collect()
+        due
     }
 
     /// Forget keys under half the bound; all of them if that frees less

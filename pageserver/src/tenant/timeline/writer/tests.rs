@@ -64,7 +64,7 @@ async fn hot_keys_get_images_and_keep_their_bytes() {
     while written < 1000 {
         let mut batch = Vec::new();
         for _ in 0..batch_len {
-            lsn += 8;
+            lsn = lsn + 8;
             let mut state = expect.last().unwrap().1.clone();
             for (i, k) in keys.iter().enumerate() {
                 let b = (written % 251) as u8 + i as u8;
@@ -133,13 +133,15 @@ fn counts_reset_at_images_and_stay_bounded() {
     let due = c.count(&entries(&[(1, 1, false), (1, 2, false), (2, 2, false)]), 3);
     assert!(due.is_empty());
     assert_eq!((c.get(Key::MIN.add(1)), c.get(Key::MIN.add(2))), (2, 1));
-    // The third record is due; later ones in the batch move its LSN.
+    // The third record is due; the count starts again after it.
     let due = c.count(&entries(&[(1, 3, false), (1, 4, false), (2, 4, true)]), 3);
-    assert_eq!(due, vec![(Key::MIN.add(1), Lsn(4))]);
-    assert_eq!((c.get(Key::MIN.add(1)), c.get(Key::MIN.add(2)), c.len()), (0, 0, 0));
-    // An image after the bound in the same batch: nothing to write.
-    let due = c.count(&entries(&[(5, 5, false), (5, 6, false), (5, 7, false), (5, 8, true)]), 3);
-    assert!(due.is_empty());
+    assert_eq!(due, vec![(Key::MIN.add(1), Lsn(3))]);
+    assert_eq!((c.get(Key::MIN.add(1)), c.get(Key::MIN.add(2)), c.len()), (1, 0, 1));
+    // Twice in one batch; an initializing value ends the count.
+    let vals: Vec<_> = (5..12).map(|l| (5, l, false)).chain([(5, 12, true)]).collect();
+    let due = c.count(&entries(&vals), 3);
+    assert_eq!(due, vec![(Key::MIN.add(5), Lsn(7)), (Key::MIN.add(5), Lsn(10))]);
+    assert_eq!(c.get(Key::MIN.add(5)), 0);
     // Many keys written once: the map stays within its bound.
     let many: Vec<_> = (0..MAX_TRACKED_KEYS as u32 + 100).map(|k| (k, 9, false)).collect();
     assert!(c.count(&entries(&many), 1000).is_empty());
