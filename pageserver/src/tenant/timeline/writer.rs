@@ -132,6 +132,25 @@ impl TimelineWriter<'_> {
         layer: &InMemoryLayer,
         long: &[(Key, Lsn)],
     ) -> anyhow::Result<()> {
+        // A key due at several LSNs of one batch is read once per round, so
+        // that each read starts from the image the round before stored.
+        let mut rest: Vec<(Key, Lsn)> = long.to_vec();
+        while !rest.is_empty() {
+            let mut seen = std::collections::HashSet::new();
+            let (round, later): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut rest).into_iter().partition(|(k, _)| seen.insert(*k));
+            self.write_chain_images_round(layer, &round).await?;
+            rest = later;
+        }
+        Ok(())
+    }
+
+    /// One round of `write_chain_images`: each key at most once.
+    async fn write_chain_images_round(
+        &mut self,
+        layer: &InMemoryLayer,
+        long: &[(Key, Lsn)],
+    ) -> anyhow::Result<()> {
         let tl = self.tl;
         let st = &mut *self.state;
         for chunk in long.chunks(tl.conf.max_get_vectored_keys) {
