@@ -79,6 +79,7 @@ pub struct ConfigToml {
     #[serde(with = "humantime_serde")]
     pub compaction_period: Duration,
     pub image_creation_threshold: usize,
+    pub max_record_chain: usize,
     pub l0_flush_delay_threshold: usize,
     pub l0_flush_stall_threshold: usize,
     #[serde(deserialize_with = "de_size")]
@@ -164,6 +165,7 @@ impl Default for ConfigToml {
             compaction_target_size: size(DEFAULT_COMPACTION_TARGET_SIZE),
             compaction_period: duration(DEFAULT_COMPACTION_PERIOD),
             image_creation_threshold: DEFAULT_IMAGE_CREATION_THRESHOLD,
+            max_record_chain: DEFAULT_MAX_RECORD_CHAIN,
             l0_flush_delay_threshold: DEFAULT_L0_FLUSH_DELAY_THRESHOLD,
             l0_flush_stall_threshold: DEFAULT_L0_FLUSH_STALL_THRESHOLD,
             gc_horizon: size(DEFAULT_GC_HORIZON),

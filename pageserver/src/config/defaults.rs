@@ -63,6 +63,9 @@ pub const DEFAULT_COMPACTION_PERIOD: &str = "20 s";
 /// An image layer is written for a key range whose delta layers above its
 /// newest image are more than this many.
 pub const DEFAULT_IMAGE_CREATION_THRESHOLD: usize = 3;
+/// Records of one key since its last image after which ingest writes an
+/// image of it (`docs/benchmarks.md`, "Hot pages").
+pub const DEFAULT_MAX_RECORD_CHAIN: usize = 256;
 
 /// Ingest is delayed once the L0 count reaches this, and stops (until
 /// compaction catches up) at the stall threshold.

@@ -170,6 +170,7 @@ impl PageServerConf {
             compaction_target_size,
             compaction_period,
             image_creation_threshold,
+            max_record_chain,
             l0_flush_delay_threshold,
             l0_flush_stall_threshold,
             gc_horizon,
@@ -200,6 +201,7 @@ impl PageServerConf {
             compaction_target_size: compaction_target_size.as_u64(),
             compaction_period,
             image_creation_threshold,
+            max_record_chain,
             l0_flush_delay_threshold,
             l0_flush_stall_threshold,
             gc_horizon: gc_horizon.as_u64(),
@@ -341,6 +343,7 @@ fn check_compaction(c: CompactionConf) -> Result<CompactionConf, ConfigError> {
     }
     nonzero("compaction_target_size", c.compaction_target_size == 0)?;
     nonzero("image_creation_threshold", c.image_creation_threshold == 0)?;
+    nonzero("max_record_chain", c.max_record_chain == 0)?;
     let above = |key: &str, v: usize, other: &str, o: usize| {
         if v > o {
             return Ok(());

@@ -283,6 +283,7 @@ fn sample_config_file_is_exactly_the_defaults() {
             "log_format",
             "lsn_lease_length",
             "max_get_vectored_keys",
+            "max_record_chain",
             "page_service_pipelining",
             "pg_auth_type",
             "pitr_interval",
@@ -418,6 +419,7 @@ fn compaction_settings_reach_the_storage_conf_in_order() {
         (c.image_creation_threshold, c.l0_flush_delay_threshold, c.l0_flush_stall_threshold),
         (d.image_creation_threshold, d.l0_flush_delay_threshold, d.l0_flush_stall_threshold)
     );
+    assert_eq!(c.max_record_chain, d.max_record_chain);
     assert_eq!(
         (c.gc_horizon, c.pitr_interval, c.gc_period),
         (d.gc_horizon, d.pitr_interval, d.gc_period)
@@ -432,6 +434,7 @@ fn compaction_settings_reach_the_storage_conf_in_order() {
     err_naming(&["compaction_threshold=1"], "compaction_threshold");
     err_naming(&["compaction_target_size=0"], "compaction_target_size");
     err_naming(&["image_creation_threshold=0"], "image_creation_threshold");
+    err_naming(&["max_record_chain=0"], "max_record_chain");
     err_naming(&["layer_index_cache_size=0"], "layer_index_cache_size");
     let err = err_naming(&["l0_flush_delay_threshold=10"], "l0_flush_delay_threshold");
     assert!(err.contains("compaction_threshold"), "{err}");

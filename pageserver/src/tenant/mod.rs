@@ -105,6 +105,9 @@ pub struct CompactionConf {
     pub compaction_period: Duration,
     /// Delta layers above a key range's newest image before a new image.
     pub image_creation_threshold: usize,
+    /// Records of one key since its last image after which ingest writes
+    /// an image of it (`timeline/writer/chain.rs`); > 0.
+    pub max_record_chain: usize,
     /// L0 count at which ingest is delayed (> compaction_threshold).
     pub l0_flush_delay_threshold: usize,
     /// L0 count at which ingest waits for compaction (> delay threshold).
@@ -125,6 +128,7 @@ impl CompactionConf {
             compaction_target_size: 128 * 1024 * 1024,
             compaction_period: Duration::from_secs(20),
             image_creation_threshold: 3,
+            max_record_chain: 256,
             l0_flush_delay_threshold: 20,
             l0_flush_stall_threshold: 40,
             gc_horizon: 64 * 1024 * 1024,

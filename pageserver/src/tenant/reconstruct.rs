@@ -9,6 +9,10 @@
 //! fault) is an error naming LSN, rmgr and block: we never serve a page we
 //! cannot build.
 //!
+//! Every reconstruction counts the records it applies
+//! (`pageserver_read_records_applied`): ingest keeps that under
+//! `max_record_chain` by writing images of hot keys (`timeline/writer/chain.rs`).
+//!
 //! Checksums: when a relation page comes out of any record (not straight
 //! from an image, which carries or gets its own) and the cluster has data
 //! checksums, `pd_checksum` is recomputed for the key's block number, so
@@ -21,6 +25,7 @@ use utils::lsn::Lsn;
 use super::value::{Record, Value};
 use super::wal_image::WalImage;
 use super::PageReconstructError;
+use crate::metrics::redo::READ_RECORDS_APPLIED;
 
 use postgres_ffi::page::{page_checksum, page_is_new, PageHeader};
 use postgres_ffi::records::{clog_set_status, vm_clear_flags, vm_clear_tail};
@@ -61,6 +66,8 @@ pub fn reconstruct(
         )));
     }
     let mut from_record = !base.is_image();
+    let records = iter.len() + usize::from(from_record);
+    READ_RECORDS_APPLIED.observe(records as f64);
     let mut page = match base {
         Value::Image(img) => {
             if iter.len() == 0 {

@@ -98,6 +98,31 @@ impl InMemoryLayer {
         Ok(())
     }
 
+    /// Replace values already in this (open) layer by others at the same
+    /// key and LSN, all `will_init` (images of keys with long chains:
+    /// `timeline/writer/chain.rs`). `buf` holds the new values back to back;
+    /// `entries` gives each one's key, LSN and position in `buf`. A reader
+    /// sees the old or the new value, which must reconstruct alike.
+    pub async fn replace_with_images(
+        &self,
+        buf: &[u8],
+        entries: &[(Key, Lsn, std::ops::Range<usize>)],
+    ) -> anyhow::Result<()> {
+        assert!(self.end_lsn().is_none(), "write into a frozen layer");
+        let base = self.file.append(buf).await?;
+        let mut index = self.index.write().unwrap();
+        for (key, lsn, range) in entries {
+            let blob = BlobRef::new(base + range.start as u64, range.len(), true);
+            let hist = index.get_mut(&key.to_compact());
+            let at = hist.as_ref().and_then(|h| h.binary_search_by_key(lsn, |(l, _)| *l).ok());
+            match (hist, at) {
+                (Some(h), Some(i)) => h[i].1 = blob,
+                _ => anyhow::bail!("no value of key {key} at {lsn} in the layer to replace"),
+            }
+        }
+        Ok(())
+    }
+
     /// Values of `key` with `floor < LSN <= lsn`, newest first, up to and
     /// including the first `will_init` one. Returns whether a `will_init`
     /// was reached.

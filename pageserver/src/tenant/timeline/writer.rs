@@ -8,6 +8,10 @@
 //! and unflushed, or in-memory bytes exceed twice the global budget; if a
 //! flush fails while it waits, the write fails with that error instead of
 //! waiting on a disk that may not recover.
+//!
+//! Chains: the writer counts, per key, the records since its last image
+//! and writes an image of a key whose chain reaches `max_record_chain`
+//! (`chain.rs` states how and why that keeps every invariant).
 
 use std::ops::Range;
 
@@ -16,14 +20,22 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use pageserver_api::key::Key;
-use tracing::info;
+use tracing::{info, warn};
 use utils::lsn::Lsn;
 
 use super::super::storage_layer::inmemory_layer::InMemoryLayer;
 use super::super::storage_layer::MAX_BLOB_LEN;
 use super::super::value::Value;
+use super::super::{PageReconstructError, ReadKind};
 use super::Timeline;
+use crate::metrics::redo as redo_metrics;
 use crate::metrics::storage as metrics;
+
+mod chain;
+#[cfg(test)]
+mod tests;
+
+use chain::ChainCounts;
 
 /// Ingest waits while this many layers are frozen but not yet flushed.
 pub const MAX_FROZEN_LAYERS: usize = 4;
@@ -34,6 +46,8 @@ pub(super) struct WriterState {
     entries: Vec<(Key, Lsn, Range<usize>, bool)>,
     /// Highest LSN put since the last `finish_write`.
     pub(super) unfinished_lsn: Option<Lsn>,
+    /// Records per key since its last image (`chain.rs`).
+    chains: ChainCounts,
 }
 
 /// Exclusive ingest handle; see the module comment.
@@ -103,6 +117,74 @@ impl TimelineWriter<'_> {
         st.unfinished_lsn = Some(st.unfinished_lsn.map_or(max_lsn, |u| u.max(max_lsn)));
         layer.put_serialized(&st.buf, &st.entries).await?;
         tl.globals.in_memory_bytes.fetch_add(st.buf.len() as u64, Ordering::Relaxed);
+        let long = st.chains.count(&st.entries, tl.conf.compaction.max_record_chain);
+        if !long.is_empty() {
+            self.write_chain_images(&layer, &long).await?;
+        }
+        Ok(())
+    }
+
+    /// Replace the value of each (key, LSN) in `long` (just put into
+    /// `layer`, the open layer) by the key's image at that LSN.
+    /// A key whose page cannot be read keeps its records. See `chain.rs`.
+    async fn write_chain_images(
+        &mut self,
+        layer: &InMemoryLayer,
+        long: &[(Key, Lsn)],
+    ) -> anyhow::Result<()> {
+        // A key due at several LSNs of one batch is read once per round, so
+        // that each read starts from the image the round before stored.
+        let mut rest: Vec<(Key, Lsn)> = long.to_vec();
+        while !rest.is_empty() {
+            let mut seen = std::collections::HashSet::new();
+            let (round, later): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut rest).into_iter().partition(|(k, _)| seen.insert(*k));
+            self.write_chain_images_round(layer, &round).await?;
+            rest = later;
+        }
+        Ok(())
+    }
+
+    /// One round of `write_chain_images`: each key at most once.
+    async fn write_chain_images_round(
+        &mut self,
+        layer: &InMemoryLayer,
+        long: &[(Key, Lsn)],
+    ) -> anyhow::Result<()> {
+        let tl = self.tl;
+        let st = &mut *self.state;
+        for chunk in long.chunks(tl.conf.max_get_vectored_keys) {
+            let pages = tl.get_vectored(chunk, ReadKind::Ingest).await;
+            let pages = pages.context("read pages with long chains for their images")?;
+            st.buf.clear();
+            let mut images = Vec::with_capacity(chunk.len());
+            for (&(key, lsn), page) in chunk.iter().zip(pages) {
+                match page {
+                    Ok(page) => {
+                        let start = st.buf.len();
+                        Value::Image(page).serialize_into(&mut st.buf);
+                        if st.buf.len() - start > MAX_BLOB_LEN {
+                            st.buf.truncate(start); // not a page: its records stay
+                            continue;
+                        }
+                        images.push((key, lsn, start..st.buf.len()));
+                    }
+                    Err(PageReconstructError::MissingKey { .. }) => {}
+                    Err(e) => {
+                        redo_metrics::CHAIN_IMAGE_ERRORS.inc();
+                        if st.chains.log.should_log("chain image") {
+                            warn!("no image for key {key} at {lsn}, whose chain is long: {e}");
+                        }
+                    }
+                }
+            }
+            if images.is_empty() {
+                continue;
+            }
+            layer.replace_with_images(&st.buf, &images).await?;
+            tl.globals.in_memory_bytes.fetch_add(st.buf.len() as u64, Ordering::Relaxed);
+            redo_metrics::CHAIN_IMAGES.inc_by(images.len() as u64);
+        }
         Ok(())
     }
 
