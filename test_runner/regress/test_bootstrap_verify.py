@@ -43,7 +43,7 @@ def test_byte_flipped_in_base_backup_fails_bootstrap(pageserver, vanilla_pg, por
         timeline = info["timeline_id"]
         assert _timelines(http, tenant) == [timeline]
         assert pg.psql("SELECT slot_name FROM pg_replication_slots") == f"pageserver_{timeline}"
-        assert pageserver.log_contains(r"base backup verified: \d+ files.*[1-9]\d* relation page checksums checked")
+        assert pageserver.log_contains(r"base backup verified: \d+ files, .*; [1-9]\d* relation page checksums checked")
         http.timeline_delete(tenant, timeline)
 
 

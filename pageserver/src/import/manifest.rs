@@ -109,7 +109,7 @@ impl BackupManifest {
     /// Checks the manifest's own checksum, then reads it. Every file must
     /// carry a CRC-32C checksum.
     pub fn parse(text: &[u8]) -> Result<BackupManifest, VerifyError> {
-        let bad = |m: String| VerifyError::Manifest(m);
+        let bad = VerifyError::Manifest;
         check_manifest_checksum(text).map_err(bad)?;
         let raw: RawManifest =
             serde_json::from_slice(text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
@@ -257,7 +257,7 @@ impl DigestState {
 /// The per-file sizes and CRC-32Cs of a streamed backup, and the checks of
 /// its relation pages. Clones share the state: hand
 /// [`FileDigests::observer`] to the import, keep one for [`BackupChecks`].
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct FileDigests(Arc<Mutex<DigestState>>);
 
 impl FileDigests {
