@@ -100,7 +100,7 @@ fn real_manifests_of_versions_1_and_2_parse() {
 #[test]
 fn a_changed_manifest_fails_its_own_checksum() {
     let mut text = testdata("pg15.backup_manifest.zst");
-    let at = text.windows(10).position(|w| w == b"\"PG_VERSION").unwrap() + 30;
+    let at = text.windows(11).position(|w| w == b"\"PG_VERSION").unwrap() + 30;
     text[at] ^= 0x01;
     let e = BackupManifest::parse(&text).unwrap_err().to_string();
     assert!(e.contains("Manifest-Checksum") && e.contains("corrupted"), "{e}");
