@@ -255,7 +255,12 @@ impl ReplicationClient {
         label: &str,
         fast_checkpoint: bool,
     ) -> Result<BaseBackup<'_>, ClientError> {
-        let opts = BaseBackupOptions { label: label.to_string(), fast_checkpoint, manifest: false };
+        let opts = BaseBackupOptions {
+            label: label.to_string(),
+            fast_checkpoint,
+            manifest: false,
+            manifest_checksums: None,
+        };
         self.base_backup_with(&opts).await
     }
 

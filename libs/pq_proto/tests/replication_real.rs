@@ -309,6 +309,7 @@ async fn check_base_backup(repl: &mut ReplicationClient) -> (u64, u32) {
         label: "pq_proto 'test'".to_string(),
         fast_checkpoint: true,
         manifest: true,
+        manifest_checksums: Some("CRC32C".to_string()),
     };
     let mut backup = repl.base_backup_with(&opts).await.unwrap();
     let (start, tli) = (backup.start_lsn, backup.timeline);
@@ -327,6 +328,7 @@ async fn check_base_backup(repl: &mut ReplicationClient) -> (u64, u32) {
     let manifest = String::from_utf8(end.manifest.unwrap().to_vec()).unwrap();
     assert!(manifest.contains("\"PostgreSQL-Backup-Manifest-Version\""), "{manifest:.200}");
     assert!(manifest.contains("global/pg_control"));
+    assert!(manifest.contains("\"Checksum-Algorithm\": \"CRC32C\""), "{manifest:.400}");
     println!(
         "base backup: {} entries, {} bytes, {}..{}",
         tar.entries,

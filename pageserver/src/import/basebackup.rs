@@ -41,7 +41,7 @@ use super::pg_files::{
     SUPPORTED_VERSIONS,
 };
 use super::spill::{SpillReader, SpillWriter};
-use super::tar_reader::{Entry, EntryKind, TarReader};
+use super::tar_reader::{Entry, EntryKind, EntryObserver, TarReader};
 use super::ImportError;
 use crate::pgdatadir_mapping::{DatadirModification, BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};
 use crate::tenant::{Tenant, TenantError, Timeline, UninitializedTimeline};
@@ -196,17 +196,19 @@ pub async fn import_basebackup<S>(
 where
     S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
 {
-    let uninit = import_basebackup_unfinished(tenant, timeline_id, body).await?;
+    let uninit = import_basebackup_unfinished(tenant, timeline_id, body, None).await?;
     Ok(uninit.finish().await?)
 }
 
 /// [`import_basebackup`] without the final `finish()`: the caller may add
 /// files to the new timeline's (temporary) directory first, so they become
-/// visible with it, atomically.
+/// visible with it, atomically. `observer` sees every file's data (the
+/// bootstrap's checks against the backup manifest: `super::manifest`).
 pub async fn import_basebackup_unfinished<S>(
     tenant: Arc<Tenant>,
     timeline_id: TimelineId,
     body: S,
+    observer: Option<Box<dyn EntryObserver>>,
 ) -> Result<UninitializedTimeline, ImportError>
 where
     S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
@@ -215,7 +217,10 @@ where
     if tenant.get_timeline(timeline_id).is_ok() {
         return Err(ImportError::AlreadyExists(format!("timeline {}/{timeline_id}", tenant.id())));
     }
-    let mut tar = TarReader::new(body);
+    let mut tar = match observer {
+        Some(o) => TarReader::with_observer(body, o),
+        None => TarReader::new(body),
+    };
     let mut pre = Preamble::default();
     let mut stats = Stats::default();
 

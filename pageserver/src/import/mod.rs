@@ -14,6 +14,7 @@
 //!   `ImportError::BodyRead`, the client's doing, not a server error.
 
 mod basebackup;
+pub mod manifest;
 pub mod pg_files;
 mod spill;
 pub mod tar_reader;

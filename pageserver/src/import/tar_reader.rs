@@ -12,6 +12,10 @@
 //! stream must end with the end-of-archive marker (a zero block), so a tar
 //! cut at an entry boundary is detected as truncated; data cut short is
 //! reported with the entry's name and the number of missing bytes.
+//!
+//! An [`EntryObserver`] (optional) sees every byte of every regular file's
+//! data exactly once and in order, whether the caller reads it or skips it:
+//! `begin`, `data`..., `end` per file, `end` once all of its data has passed.
 
 use std::io;
 
@@ -54,8 +58,22 @@ pub struct Entry {
     pub offset: u64,
 }
 
+/// Sees the data of every regular file of the archive as it passes
+/// (checksums of the files, checks of their pages): see the module comment.
+pub trait EntryObserver: Send {
+    /// A regular file begins; `entry.size` bytes of data follow.
+    fn begin(&mut self, entry: &Entry);
+    /// The next bytes of its data.
+    fn data(&mut self, bytes: &[u8]);
+    /// All of its data has passed.
+    fn end(&mut self);
+}
+
 pub struct TarReader<S> {
     stream: S,
+    observer: Option<Box<dyn EntryObserver>>,
+    /// The observer has seen `begin` of the current entry, not yet `end`.
+    observing: bool,
     buf: BytesMut,
     stream_done: bool,
     /// Archive offset of the first byte in `buf`.
@@ -128,6 +146,8 @@ where
     pub fn new(stream: S) -> Self {
         TarReader {
             stream,
+            observer: None,
+            observing: false,
             buf: BytesMut::new(),
             stream_done: false,
             offset: 0,
@@ -136,6 +156,11 @@ where
             current: None,
             finished: false,
         }
+    }
+
+    /// A reader whose `observer` sees the data of every regular file.
+    pub fn with_observer(stream: S, observer: Box<dyn EntryObserver>) -> Self {
+        TarReader { observer: Some(observer), ..TarReader::new(stream) }
     }
 
     /// Bytes of the archive consumed so far.
@@ -163,14 +188,25 @@ where
         self.buf.split_to(n).freeze()
     }
 
-    /// Discard `n` bytes; false if the stream ended first.
-    async fn skip(&mut self, mut n: u64) -> Result<bool, TarError> {
+    /// Hands entry data to the observer, if it is watching this entry.
+    fn observe(&mut self, data: &[u8]) {
+        if let (true, Some(o)) = (self.observing, self.observer.as_mut()) {
+            o.data(data);
+        }
+    }
+
+    /// Discard `n` bytes (entry data if `is_data`); false if the stream
+    /// ended first.
+    async fn skip(&mut self, mut n: u64, is_data: bool) -> Result<bool, TarError> {
         while n > 0 {
             if self.buf.is_empty() && !self.fill(1).await? {
                 return Ok(false);
             }
             let k = n.min(self.buf.len() as u64) as usize;
-            self.take(k);
+            let skipped = self.take(k);
+            if is_data {
+                self.observe(&skipped);
+            }
             n -= k as u64;
         }
         Ok(true)
@@ -183,13 +219,18 @@ where
 
     /// Skip what is left of the current entry (data and padding).
     async fn finish_entry(&mut self) -> Result<(), TarError> {
-        let n = self.remaining + self.padding;
-        if n > 0 && !self.skip(n).await? {
+        let (data, padding) = (self.remaining, self.padding);
+        if !self.skip(data, true).await? || !self.skip(padding, false).await? {
             let name = self.current.clone().unwrap_or_default();
             return Err(self.truncated(&format!("inside the data of entry '{name}'")));
         }
         self.remaining = 0;
         self.padding = 0;
+        if std::mem::take(&mut self.observing) {
+            if let Some(o) = self.observer.as_mut() {
+                o.end();
+            }
+        }
         Ok(())
     }
 
@@ -297,7 +338,12 @@ where
             self.remaining = size;
             self.padding = pad(size);
             self.current = Some(path.clone());
-            return Ok(Some(Entry { path, kind, size, offset: at }));
+            let entry = Entry { path, kind, size, offset: at };
+            if let (EntryKind::File, Some(o)) = (&entry.kind, self.observer.as_mut()) {
+                o.begin(&entry);
+                self.observing = true;
+            }
+            return Ok(Some(entry));
         }
     }
 
@@ -316,7 +362,9 @@ where
             )));
         }
         self.remaining -= n as u64;
-        Ok(self.take(n))
+        let data = self.take(n);
+        self.observe(&data);
+        Ok(data)
     }
 
     /// After the end marker: consume trailing zero blocks (bounded).
@@ -465,6 +513,47 @@ mod tests {
         assert_eq!(r.next_entry().await.unwrap().unwrap().kind, EntryKind::Dir);
         assert!(r.next_entry().await.unwrap().is_none());
         assert!(r.next_entry().await.unwrap().is_none());
+    }
+
+    /// Records what it is shown: (path, data) per file, `end` checked.
+    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>, bool)>>>);
+
+    impl EntryObserver for Recorder {
+        fn begin(&mut self, entry: &Entry) {
+            self.0.lock().unwrap().push((entry.path.clone(), Vec::new(), false));
+        }
+        fn data(&mut self, bytes: &[u8]) {
+            let mut files = self.0.lock().unwrap();
+            let last = files.last_mut().unwrap();
+            assert!(!last.2, "data after end");
+            last.1.extend_from_slice(bytes);
+        }
+        fn end(&mut self) {
+            self.0.lock().unwrap().last_mut().unwrap().2 = true;
+        }
+    }
+
+    #[tokio::test]
+    async fn observer_sees_read_and_skipped_data_once() {
+        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let entries: &[(&str, &[u8])] = &[("a", &big), ("empty", b""), ("b", &big[..700])];
+        let tar = build(entries, false);
+        for (chunk, read) in [(1, 0), (100, 10), (4096, 8192), (1 << 20, 1 << 20)] {
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let mut r = TarReader::with_observer(stream_of(tar.clone(), chunk), Box::new(Recorder(seen.clone())));
+            // The caller reads part of "a", all of "b", nothing of "empty".
+            r.next_entry().await.unwrap().unwrap();
+            r.read_data(read).await.unwrap();
+            r.next_entry().await.unwrap().unwrap();
+            r.next_entry().await.unwrap().unwrap();
+            while !r.read_data(333).await.unwrap().is_empty() {}
+            assert_eq!(r.next_entry().await.unwrap().unwrap().kind, EntryKind::Dir);
+            assert!(r.next_entry().await.unwrap().is_none());
+            let seen = seen.lock().unwrap();
+            let want: Vec<(String, Vec<u8>, bool)> =
+                entries.iter().map(|(p, d)| (p.to_string(), d.to_vec(), true)).collect();
+            assert_eq!(*seen, want, "chunk {chunk}, read {read}: directories are not files");
+        }
     }
 
     #[tokio::test]

@@ -6,12 +6,17 @@
 //! Failure leaves nothing behind: the timeline is created only by
 //! `UninitializedTimeline::finish` (with `wal_source.json` inside it), and
 //! a slot this code created is dropped again when a later step fails.
+//!
+//! The backup is verified before the timeline becomes visible: every file
+//! against the backup manifest's CRC-32C, every relation page against its
+//! data checksum when the cluster has them (`import::manifest`). A backup
+//! changed in transit fails the bootstrap, naming the file.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use pq_proto::connstring::ConnString;
-use pq_proto::replication::{validate_slot_name, ReplicationClient};
+use pq_proto::replication::{validate_slot_name, BaseBackupOptions, ReplicationClient};
 use tracing::{info, warn};
 use utils::id::TimelineId;
 use utils::lsn::Lsn;
@@ -20,6 +25,7 @@ use postgres_ffi::redo::has_native_redo;
 use postgres_ffi::wal::rmgr_id;
 
 use super::WalReceiverConf;
+use crate::import::manifest::{BackupChecks, FileDigests};
 use crate::import::{import_basebackup_unfinished, ImportError};
 use crate::tenant::timeline::wal_source::WalSource;
 use crate::tenant::{Tenant, Timeline};
@@ -165,9 +171,15 @@ async fn backup_and_import(
     slot: &str,
     system_id: u64,
 ) -> Result<(Arc<Timeline>, WalSource), BootstrapError> {
-    let label = format!("pageserver {}/{timeline_id}", tenant.id());
-    let mut backup = client.base_backup(&label, true).await.context("BASE_BACKUP")?;
+    let opts = BaseBackupOptions {
+        label: format!("pageserver {}/{timeline_id}", tenant.id()),
+        fast_checkpoint: true,
+        manifest: true,
+        manifest_checksums: Some("CRC32C".to_string()),
+    };
+    let mut backup = client.base_backup_with(&opts).await.context("BASE_BACKUP")?;
     let start_lsn = Lsn(backup.start_lsn);
+    let digests = FileDigests::new(start_lsn);
     let uninit = {
         let stream = futures::stream::unfold(&mut backup, |b| async move {
             match b.next_chunk().await {
@@ -176,9 +188,22 @@ async fn backup_and_import(
                 Err(e) => Some((Err(std::io::Error::other(e)), b)),
             }
         });
-        import_basebackup_unfinished(tenant.clone(), timeline_id, Box::pin(stream)).await?
+        let observer = Some(digests.observer());
+        import_basebackup_unfinished(tenant.clone(), timeline_id, Box::pin(stream), observer)
+            .await?
     };
     let end = backup.finish().await.context("the end of the base backup")?;
+    let checks = BackupChecks {
+        digests: &digests,
+        manifest: end.manifest.as_deref(),
+        system_identifier: system_id,
+    };
+    let verified = checks.verify().context("BASE_BACKUP verification")?;
+    info!(
+        "base backup verified: {} files, {} bytes match manifest version {}; {} relation page \
+         checksums checked",
+        verified.files, verified.bytes, verified.manifest_version, verified.pages_checked
+    );
     let source = WalSource {
         connstring: connstring.to_string(),
         slot: slot.to_string(),

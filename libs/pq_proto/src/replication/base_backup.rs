@@ -39,12 +39,25 @@ pub struct BaseBackupOptions {
     pub fast_checkpoint: bool,
     /// Ask for the backup manifest, returned by [`BaseBackup::finish`].
     pub manifest: bool,
+    /// The manifest's per-file checksum algorithm (`MANIFEST_CHECKSUMS`:
+    /// `CRC32C`, the server's default, `SHA256`, `NONE`, ...); `None`
+    /// leaves it to the server. Only with `manifest`.
+    pub manifest_checksums: Option<String>,
 }
 
 impl BaseBackupOptions {
     fn command(&self) -> Result<String, ClientError> {
+        let checksums = match (&self.manifest_checksums, self.manifest) {
+            (Some(algorithm), true) => format!(", MANIFEST_CHECKSUMS {}", quote_literal(algorithm)?),
+            (Some(_), false) => {
+                return Err(ClientError::Unsupported(
+                    "manifest checksums without a manifest".to_string(),
+                ))
+            }
+            (None, _) => String::new(),
+        };
         Ok(format!(
-            "BASE_BACKUP (LABEL {}, CHECKPOINT '{}', WAL false, MANIFEST '{}', WAIT true)",
+            "BASE_BACKUP (LABEL {}, CHECKPOINT '{}', WAL false, MANIFEST '{}'{checksums}, WAIT true)",
             quote_literal(&self.label)?,
             if self.fast_checkpoint { "fast" } else { "spread" },
             if self.manifest { "yes" } else { "no" },
