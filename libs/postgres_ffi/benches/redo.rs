@@ -189,7 +189,8 @@ fn load() -> Corpus {
                     prev,
                 };
                 let mut page = sample.before.to_vec();
-                let ok = redo::apply(&mut page, sample.tag, sample.lsn, &sample.rec, version).is_ok()
+                let ok = redo::apply(&mut page, sample.tag, sample.lsn, &sample.rec, version)
+                    .is_ok()
                     && matches_image(&page, &sample.after, &sample);
                 if ok {
                     made[i] = Some(samples.len());

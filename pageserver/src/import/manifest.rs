@@ -118,7 +118,8 @@ impl BackupManifest {
             (2, None) => return Err(bad("version 2 without a System-Identifier".into())),
             (v, _) => return Err(bad(format!("version {v} is not supported (1 and 2 are)"))),
         }
-        let files = raw.files.into_iter().map(manifest_file).collect::<Result<_, _>>().map_err(bad)?;
+        let files =
+            raw.files.into_iter().map(manifest_file).collect::<Result<_, _>>().map_err(bad)?;
         Ok(BackupManifest { version: raw.version, system_identifier: raw.system_identifier, files })
     }
 }
@@ -354,12 +355,12 @@ impl BackupChecks<'_> {
         }
         compare_files(&manifest, &st.files)?;
         let data_checksums = match &st.control {
-            Some(c) => parse_control(c)
-                .map_err(|e| VerifyError::Corrupt(format!("'{CONTROL_PATH}': {e}")))?
-                .data_checksums,
-            None => {
-                return Err(VerifyError::Corrupt(format!("no '{CONTROL_PATH}' in the tar")))
+            Some(c) => {
+                parse_control(c)
+                    .map_err(|e| VerifyError::Corrupt(format!("'{CONTROL_PATH}': {e}")))?
+                    .data_checksums
             }
+            None => return Err(VerifyError::Corrupt(format!("no '{CONTROL_PATH}' in the tar"))),
         };
         if data_checksums && st.bad_pages_total > 0 {
             return Err(VerifyError::Corrupt(format!(

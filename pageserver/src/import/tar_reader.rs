@@ -540,7 +540,10 @@ mod tests {
         let tar = build(entries, false);
         for (chunk, read) in [(1, 0), (100, 10), (4096, 8192), (1 << 20, 1 << 20)] {
             let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let mut r = TarReader::with_observer(stream_of(tar.clone(), chunk), Box::new(Recorder(seen.clone())));
+            let mut r = TarReader::with_observer(
+                stream_of(tar.clone(), chunk),
+                Box::new(Recorder(seen.clone())),
+            );
             // The caller reads part of "a", all of "b", nothing of "empty".
             r.next_entry().await.unwrap().unwrap();
             r.read_data(read).await.unwrap();

@@ -12,8 +12,8 @@ use prometheus::{
 
 /// Records applied by one reconstruction: 0, then powers of two to 16384.
 pub const RECORDS_BUCKETS: &[f64] = &[
-    0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
-    8192.0, 16384.0,
+    0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+    16384.0,
 ];
 
 pub static READ_RECORDS_APPLIED: LazyLock<Histogram> = LazyLock::new(|| {

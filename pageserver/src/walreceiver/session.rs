@@ -246,10 +246,12 @@ struct StandbyChecks {
 impl StandbyChecks {
     /// `Some` for a record that must not be ingested.
     fn check(&mut self, rec: &DecodedWalRecord) -> anyhow::Result<Option<Refused>> {
-        let check = standby_check(rec, self.version)
-            .with_context(|| format!("record at {}", rec.lsn))?;
+        let check =
+            standby_check(rec, self.version).with_context(|| format!("record at {}", rec.lsn))?;
         match check {
-            Some(StandbyCheck::Refuse(reason)) => return Ok(Some(Refused { reason, lsn: rec.lsn })),
+            Some(StandbyCheck::Refuse(reason)) => {
+                return Ok(Some(Refused { reason, lsn: rec.lsn }))
+            }
             Some(StandbyCheck::FullPageWritesOff) => self.full_page_writes(true, rec.lsn),
             Some(StandbyCheck::FullPageWritesOn) => self.full_page_writes(false, rec.lsn),
             None => {}

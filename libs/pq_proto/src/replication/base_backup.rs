@@ -48,7 +48,9 @@ pub struct BaseBackupOptions {
 impl BaseBackupOptions {
     fn command(&self) -> Result<String, ClientError> {
         let checksums = match (&self.manifest_checksums, self.manifest) {
-            (Some(algorithm), true) => format!(", MANIFEST_CHECKSUMS {}", quote_literal(algorithm)?),
+            (Some(algorithm), true) => {
+                format!(", MANIFEST_CHECKSUMS {}", quote_literal(algorithm)?)
+            }
             (Some(_), false) => {
                 return Err(ClientError::Unsupported(
                     "manifest checksums without a manifest".to_string(),

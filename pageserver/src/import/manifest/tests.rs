@@ -10,7 +10,8 @@ use super::*;
 use crate::import::tar_reader::TarReader;
 
 fn testdata(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/manifest").join(name);
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/manifest").join(name);
     let compressed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     zstd::decode_all(&compressed[..]).unwrap()
 }
@@ -50,7 +51,10 @@ fn manifest_for_files(crc_of: Option<(&str, u32)>) -> Vec<u8> {
     text.into_bytes()
 }
 
-fn stream_of(data: Vec<u8>, chunk: usize) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
+fn stream_of(
+    data: Vec<u8>,
+    chunk: usize,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Unpin {
     let chunks: Vec<_> = data.chunks(chunk).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
     futures::stream::iter(chunks)
 }
@@ -90,10 +94,17 @@ fn real_manifests_of_versions_1_and_2_parse() {
     let v1 = BackupManifest::parse(&testdata("pg15.backup_manifest.zst")).unwrap();
     assert_eq!((v1.version, v1.system_identifier, v1.files.len()), (1, None, 965));
     let v2 = BackupManifest::parse(&testdata("pg18.backup_manifest.zst")).unwrap();
-    assert_eq!((v2.version, v2.system_identifier, v2.files.len()), (2, Some(7712908065632256710), 969));
+    assert_eq!(
+        (v2.version, v2.system_identifier, v2.files.len()),
+        (2, Some(7712908065632256710), 969)
+    );
     for (m, text) in [(&v1, b"15\n"), (&v2, b"18\n")] {
         let f = m.files.iter().find(|f| f.path == "PG_VERSION").unwrap();
-        assert_eq!((f.size, f.crc32c), (3, crc32c::crc32c(text)), "PG_VERSION's CRC-32C as PostgreSQL computes it");
+        assert_eq!(
+            (f.size, f.crc32c),
+            (3, crc32c::crc32c(text)),
+            "PG_VERSION's CRC-32C as PostgreSQL computes it"
+        );
     }
 }
 
@@ -111,9 +122,13 @@ fn a_changed_manifest_fails_its_own_checksum() {
 #[test]
 fn a_manifest_without_crc32c_is_refused() {
     let text = String::from_utf8(manifest_for_files(None)).unwrap();
-    let sha = text.replace("\"Checksum-Algorithm\": \"CRC32C\"", "\"Checksum-Algorithm\": \"SHA256\"");
+    let sha =
+        text.replace("\"Checksum-Algorithm\": \"CRC32C\"", "\"Checksum-Algorithm\": \"SHA256\"");
     let body = &sha[..sha.find("\"Manifest-Checksum\"").unwrap()];
-    let sha = format!("{body}\"Manifest-Checksum\": \"{}\"}}\n", hex::encode(Sha256::digest(body.as_bytes())));
+    let sha = format!(
+        "{body}\"Manifest-Checksum\": \"{}\"}}\n",
+        hex::encode(Sha256::digest(body.as_bytes()))
+    );
     let e = BackupManifest::parse(sha.as_bytes()).unwrap_err().to_string();
     assert!(e.contains("SHA256, not CRC32C"), "{e}");
 }
@@ -126,12 +141,19 @@ async fn real_files_match_their_manifest_in_any_chunking() {
         let digests = observe(tar.clone(), chunk).await;
         let v = checks(&digests, &manifest).verify().unwrap();
         assert_eq!((v.files, v.manifest_version), (5, 1), "chunk {chunk}");
-        assert_eq!(v.pages_checked, 15, "pg_control has data checksums: all 14 + 1 pages are below the start LSN");
+        assert_eq!(
+            v.pages_checked, 15,
+            "pg_control has data checksums: all 14 + 1 pages are below the start LSN"
+        );
     }
     // The full manifest lists files this tar lacks.
     let digests = observe(tar, 4096).await;
-    let e = checks(&digests, &testdata("pg15.backup_manifest.zst")).verify().unwrap_err().to_string();
-    assert!(e.contains("'global/1261' is in the manifest but not in the tar") && e.contains("more"), "{e}");
+    let e =
+        checks(&digests, &testdata("pg15.backup_manifest.zst")).verify().unwrap_err().to_string();
+    assert!(
+        e.contains("'global/1261' is in the manifest but not in the tar") && e.contains("more"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -147,7 +169,8 @@ async fn a_flipped_byte_is_named_by_file_and_block() {
 
     // A manifest that agrees with the flipped bytes: the page checksum still catches it.
     let crc = digests.files()[REL].crc32c;
-    let e = checks(&digests, &manifest_for_files(Some((REL, crc)))).verify().unwrap_err().to_string();
+    let e =
+        checks(&digests, &manifest_for_files(Some((REL, crc)))).verify().unwrap_err().to_string();
     assert_eq!(e, format!("1 relation page(s) fail their data checksum: '{REL}' block 3"));
 }
 
@@ -170,7 +193,10 @@ async fn the_system_identifier_of_a_version_2_manifest_must_match() {
     let digests = FileDigests::new(START_LSN);
     let c = BackupChecks { digests: &digests, manifest: Some(&text), system_identifier: 1 };
     let e = c.verify().unwrap_err().to_string();
-    assert_eq!(e, "backup manifest: it is of cluster 7712908065632256710, the primary is cluster 1");
+    assert_eq!(
+        e,
+        "backup manifest: it is of cluster 7712908065632256710, the primary is cluster 1"
+    );
     let c = BackupChecks { digests: &digests, manifest: None, system_identifier: 1 };
     assert!(c.verify().unwrap_err().to_string().contains("sent none"));
 }

@@ -257,7 +257,10 @@ mod tests {
         assert_eq!(c.next_xid, (1 << 32) | 5000);
         assert_eq!(c.next_oid, 24576);
         assert_eq!((c.next_multi, c.next_multi_offset), (30, 100));
-        assert_eq!((c.oldest_xid, c.oldest_xid_db, c.oldest_multi, c.oldest_multi_db), (800, 5, 6, 5));
+        assert_eq!(
+            (c.oldest_xid, c.oldest_xid_db, c.oldest_multi, c.oldest_multi_db),
+            (800, 5, 6, 5)
+        );
     }
 
     #[test]
@@ -281,10 +284,21 @@ mod tests {
     #[test]
     fn wraparound_and_truncation() {
         // nextMulti wraps: 0xFFFF_FFF0 + ... -> 2 is ahead, not behind.
-        let mut s = state(CheckPoint { next_multi: 0xFFFF_FFF0, next_multi_offset: 0xFFFF_FF00, ..Default::default() });
+        let mut s = state(CheckPoint {
+            next_multi: 0xFFFF_FFF0,
+            next_multi_offset: 0xFFFF_FF00,
+            ..Default::default()
+        });
         s.multixact_created(1, 0x10, &[]);
         assert_eq!((s.current.next_multi, s.current.next_multi_offset), (2, 0x10));
-        s.checkpoint(CheckPoint { next_multi: 0xFFFF_FFF8, next_multi_offset: 0xFFFF_FFF0, ..Default::default() }, false);
+        s.checkpoint(
+            CheckPoint {
+                next_multi: 0xFFFF_FFF8,
+                next_multi_offset: 0xFFFF_FFF0,
+                ..Default::default()
+            },
+            false,
+        );
         assert_eq!((s.current.next_multi, s.current.next_multi_offset), (2, 0x10));
         // An older multixact (replayed out of order) does not move it back.
         s.multixact_created(0xFFFF_FFF1, 0xFFFF_FF08, &[]);

@@ -156,7 +156,9 @@ pub fn standby_check(
             Some(StandbyCheck::Refuse(Refusal::WalLevelMinimal))
         }
         Some(XlogRecord::FpwChange(fpw)) => Some(fpw_check(fpw)),
-        Some(XlogRecord::Checkpoint { checkpoint, .. }) => Some(fpw_check(checkpoint.full_page_writes)),
+        Some(XlogRecord::Checkpoint { checkpoint, .. }) => {
+            Some(fpw_check(checkpoint.full_page_writes))
+        }
         _ => None,
     })
 }
