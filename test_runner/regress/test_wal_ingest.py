@@ -173,6 +173,7 @@ def test_primary_without_consistency_checking_is_refused(pageserver, vanilla_pg)
     from fixtures.http import PageserverApiError
 
     pg = vanilla_pg.init({"max_replication_slots": "4"}).start()
+    pageserver.allow_errors(*PRIMARY_GONE)  # the followed primary stops at teardown
     http = pageserver.http_client()
     tenant = http.tenant_create()
     body = {"source": {"connstring": connstring(pg)}}

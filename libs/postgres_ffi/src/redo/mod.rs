@@ -12,7 +12,8 @@
 //! - `bufpage`: page primitives (`bufpage.c`): init, add item, repair
 //!   fragmentation, index tuple delete/multi-delete/overwrite, truncate the
 //!   line-pointer array, and the invariants every page keeps;
-//! - `heap`, `heap2`, `btree`, `sequence`, `generic`: one rmgr each;
+//! - `heap`, `heap2`, `btree`, `sequence`, `generic`, `hash`, `gin`,
+//!   `gist`, `spgist`, `brin`: one rmgr each;
 //! - `mask`: PostgreSQL's masking rules (`bufmask.c` and each rmgr's
 //!   `rm_mask`), for comparing our result with PostgreSQL's own image.
 //!
@@ -31,15 +32,20 @@
 //! The data checksum is not redo's business: it depends on the block number
 //! and is set when the page is served.
 
+mod brin;
 mod btree;
 pub mod bufpage;
 mod encoding;
 mod generic;
+mod gin;
+mod gist;
+mod hash;
 mod heap;
 mod heap2;
 pub mod mask;
 pub mod names;
 mod sequence;
+mod spgist;
 
 use bytes::Bytes;
 use utils::lsn::Lsn;
@@ -213,6 +219,11 @@ pub fn apply(
         rmgr_id::BTREE => btree::redo(page, &ctx),
         rmgr_id::SEQUENCE => sequence::redo(page, &ctx),
         rmgr_id::GENERIC => generic::redo(page, &ctx),
+        rmgr_id::HASH => hash::redo(page, &ctx),
+        rmgr_id::GIN => gin::redo(page, &ctx),
+        rmgr_id::GIST => gist::redo(page, &ctx),
+        rmgr_id::SPGIST => spgist::redo(page, &ctx),
+        rmgr_id::BRIN => brin::redo(page, &ctx),
         other => Err(Fault::Unsupported(format!("rmgr {} ({other})", rmgr_name(other)))),
     };
     result.map_err(error)?;
@@ -228,6 +239,11 @@ pub fn check_page(page: &[u8], rmid: u8) -> Result<(), Fault> {
     match rmid {
         rmgr_id::GENERIC => bufpage::check_header(page),
         rmgr_id::BTREE if !btree::has_line_pointers(page) => bufpage::check_header(page),
+        rmgr_id::HASH if !hash::has_line_pointers(page) => bufpage::check_header(page),
+        rmgr_id::GIN if !gin::has_line_pointers(page) => bufpage::check_header(page),
+        rmgr_id::GIST if !gist::has_line_pointers(page) => bufpage::check_header(page),
+        rmgr_id::SPGIST if !spgist::has_line_pointers(page) => bufpage::check_header(page),
+        rmgr_id::BRIN if !brin::has_line_pointers(page) => bufpage::check_header(page),
         _ => bufpage::check_invariants(page),
     }
 }
