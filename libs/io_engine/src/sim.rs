@@ -154,7 +154,7 @@ struct State {
     generation: u64,
     /// Operations left before the simulated power loss.
     ops_until_power_off: Option<u64>,
-    skip_sync: Option<Box<dyn Fn(&Path) -> bool + Send>>,
+    skip_sync: Option<faults::PathPred>,
     crashes: u64,
     faults: faults::Faults,
 }

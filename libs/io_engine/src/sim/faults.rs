@@ -110,11 +110,14 @@ pub(crate) fn is_injected(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|i| i.is::<Injected>())
 }
 
+/// A predicate over paths.
+pub(crate) type PathPred = Box<dyn Fn(&Path) -> bool + Send>;
+
 /// Which operations fail; see the module comment.
 pub struct FaultRule {
     fault: Fault,
     op: Option<OpKind>,
-    path: Option<Box<dyn Fn(&Path) -> bool + Send>>,
+    path: Option<PathPred>,
     skip: u64,
     /// `None`: every matching operation after the skipped ones.
     times: Option<u64>,
