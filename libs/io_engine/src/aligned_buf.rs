@@ -18,7 +18,9 @@ use crate::buf_pool;
 
 pub const BUF_ALIGN: usize = 4096;
 const _: () = assert!(
-    BUF_ALIGN == buf_pool::POOL_ALIGN && BUF_ALIGN.is_power_of_two() && BUF_ALIGN.is_multiple_of(512)
+    BUF_ALIGN == buf_pool::POOL_ALIGN
+        && BUF_ALIGN.is_power_of_two()
+        && BUF_ALIGN.is_multiple_of(512)
 );
 
 /// The largest buffer (1 TiB): far above any real IO, far below the

@@ -505,8 +505,8 @@ impl SimFile {
             Err(e) if faults::is_injected(&e) => {
                 // A short write before the error: a random sector prefix lands.
                 self.with_node_unchecked(|node, st| {
-                    let n = (st.rng.gen_range(0..=buf.len().div_ceil(SECTOR)) * SECTOR)
-                        .min(buf.len());
+                    let n =
+                        (st.rng.gen_range(0..=buf.len().div_ceil(SECTOR)) * SECTOR).min(buf.len());
                     if n > 0 {
                         apply_write(&mut node.current, offset, &buf[..n]);
                         node.pending.push(Pending::Write { offset, data: buf[..n].to_vec() });

@@ -261,7 +261,8 @@ impl EphemeralFile {
         let end = (offset + n as u64).next_multiple_of(block);
         debug_assert!(end <= disk_end.next_multiple_of(TAIL_SIZE as u64), "aligned read past disk");
         let len = (end - start) as usize;
-        let (mut tmp, res) = self.file.read_exact_at(AlignedBuf::try_for_read(len)?, start, len).await;
+        let (mut tmp, res) =
+            self.file.read_exact_at(AlignedBuf::try_for_read(len)?, start, len).await;
         res?;
         let skip = (offset - start) as usize;
         if skip > 0 {

@@ -173,7 +173,9 @@ impl TimelineWriter<'_> {
             if u > lsn {
                 // A caller's bug; publishing would expose part of LSN `u`.
                 debug_assert!(u <= lsn, "finish_write({lsn}) below a written LSN {u}");
-                error!("finish_write({lsn}) below a written LSN {u}: abandoning the unfinished LSNs");
+                error!(
+                    "finish_write({lsn}) below a written LSN {u}: abandoning the unfinished LSNs"
+                );
                 self.state.failed = true;
                 self.abandon_unfinished();
                 return;

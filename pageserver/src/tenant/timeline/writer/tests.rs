@@ -152,8 +152,7 @@ async fn a_dropped_writer_abandons_its_unfinished_lsns() {
     {
         let mut w = tl.writer().await;
         for r in 2..5 {
-            let batch: Vec<_> =
-                record(r).into_iter().map(|(k, l, v)| (k, l, image(&v))).collect();
+            let batch: Vec<_> = record(r).into_iter().map(|(k, l, v)| (k, l, image(&v))).collect();
             w.put_batch(&batch).await.unwrap();
         }
     }
