@@ -18,8 +18,25 @@ use crate::buf_pool;
 
 pub const BUF_ALIGN: usize = 4096;
 const _: () = assert!(
-    BUF_ALIGN == buf_pool::POOL_ALIGN && BUF_ALIGN.is_power_of_two() && BUF_ALIGN % 512 == 0
+    BUF_ALIGN == buf_pool::POOL_ALIGN
+        && BUF_ALIGN.is_power_of_two()
+        && BUF_ALIGN.is_multiple_of(512)
 );
+
+/// The largest buffer (1 TiB): far above any real IO, far below the
+/// allocator's limit (`isize::MAX`), so a size computed from bad data fails
+/// with an error naming it, never with the allocator's `LayoutError`.
+pub const MAX_BUF_BYTES: usize = 1 << 40;
+
+fn check_capacity(cap: usize) -> std::io::Result<()> {
+    if cap > MAX_BUF_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a buffer of {cap} bytes was asked for, above the limit of {MAX_BUF_BYTES}"),
+        ));
+    }
+    Ok(())
+}
 
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -32,14 +49,26 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// An empty buffer with room for at least `cap` bytes (rounded up to the alignment).
+    /// An empty buffer with room for at least `cap` bytes (rounded up to
+    /// the alignment). `cap` above [`MAX_BUF_BYTES`] is a caller's bug: it
+    /// panics, naming the size; where a length comes from data, use
+    /// [`Self::try_for_read`].
     pub fn with_capacity(cap: usize) -> Self {
+        Self::try_with_capacity(cap).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As `with_capacity`, but a capacity above [`MAX_BUF_BYTES`] is an
+    /// error naming it instead of a panic.
+    pub fn try_with_capacity(cap: usize) -> std::io::Result<Self> {
+        check_capacity(cap)?;
         let cap = cap.max(1).next_multiple_of(BUF_ALIGN);
-        let layout = Layout::from_size_align(cap, BUF_ALIGN).expect("buffer layout");
+        let Ok(layout) = Layout::from_size_align(cap, BUF_ALIGN) else {
+            unreachable!("{cap} bytes at alignment {BUF_ALIGN} is below MAX_BUF_BYTES");
+        };
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len: 0, cap }
+        Ok(AlignedBuf { ptr, len: 0, cap })
     }
 
     /// An empty buffer with room for at least `cap` bytes, for a read to
@@ -48,15 +77,27 @@ impl AlignedBuf {
     /// Above 136 KiB the capacity is rounded up to a multiple of 64 KiB, so
     /// reads of nearby lengths reuse each other's buffers.
     pub fn for_read(cap: usize) -> Self {
+        Self::try_for_read(cap).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As `for_read`, but a capacity above [`MAX_BUF_BYTES`] (a length
+    /// read from corrupt data, say) is an error naming it, not a panic.
+    pub fn try_for_read(cap: usize) -> std::io::Result<Self> {
+        check_capacity(cap)?;
         let cap = buf_pool::read_capacity(cap.max(1).next_multiple_of(BUF_ALIGN));
         match buf_pool::take(cap) {
-            Some(ptr) => AlignedBuf { ptr, len: 0, cap },
-            None => AlignedBuf::with_capacity(cap),
+            Some(ptr) => Ok(AlignedBuf { ptr, len: 0, cap }),
+            None => AlignedBuf::try_with_capacity(cap),
         }
     }
 
     pub fn from_slice(data: &[u8]) -> Self {
-        let mut b = AlignedBuf::with_capacity(data.len());
+        Self::from_slice_with_capacity(data, data.len())
+    }
+
+    /// A copy of `data` with room for at least `cap` bytes (`cap` >= its length).
+    pub fn from_slice_with_capacity(data: &[u8], cap: usize) -> Self {
+        let mut b = AlignedBuf::with_capacity(cap.max(data.len()));
         b.extend_from_slice(data);
         b
     }
@@ -183,6 +224,15 @@ mod tests {
         // Buffers larger than the pooled sizes are freed, not kept.
         drop(AlignedBuf::for_read(crate::buf_pool::MAX_POOLED_CAP + 1));
         assert_eq!(crate::buf_pool::free_count(crate::buf_pool::MAX_POOLED_CAP + BUF_ALIGN), 0);
+    }
+
+    #[test]
+    fn oversized_buffers_are_an_error() {
+        for cap in [MAX_BUF_BYTES + 1, isize::MAX as usize, usize::MAX] {
+            let err = AlignedBuf::try_for_read(cap).unwrap_err();
+            assert!(err.to_string().contains(&format!("{cap} bytes")), "{err}");
+            assert!(AlignedBuf::try_with_capacity(cap).is_err());
+        }
     }
 
     #[test]

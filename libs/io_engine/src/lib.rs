@@ -71,7 +71,7 @@ use std::sync::Arc;
 
 use select::{Backend, RealFile};
 
-pub use aligned_buf::{AlignedBuf, BUF_ALIGN};
+pub use aligned_buf::{AlignedBuf, BUF_ALIGN, MAX_BUF_BYTES};
 pub use batch::{ReadAt, WriteAt};
 pub use direct_io::DIRECT_IO_ALIGN;
 pub use uring::MAX_IN_FLIGHT_OPS as URING_MAX_IN_FLIGHT_OPS;

@@ -16,7 +16,13 @@
 //!   operations every operation fails until the crash;
 //! - a missing fsync: [`SimFs::skip_sync_matching`] turns the `sync_all` of
 //!   a matching file, or the `fsync_dir` after an operation on a matching
-//!   path, into a no-op, to show a test notices.
+//!   path, into a no-op, to show a test notices;
+//! - typed faults ([`SimFs::inject`]): ENOSPC or EIO at any operation,
+//!   chosen by kind ([`OpKind`]), path and count (skip the first `n`
+//!   matching operations, then fail `times` of them), the way raft-engine's
+//!   failpoints fail one file operation. A failed write stores a random
+//!   sector prefix of its data (as a short write before ENOSPC does) and is
+//!   otherwise not applied; every other failed operation changes nothing.
 //!
 //! What it does not model: reordering of writes within one file's unsynced
 //! set beyond keep/drop/tear, bit rot of synced data, latency. After a crash
@@ -34,6 +40,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::{DirEntry, OpenMode};
+
+mod faults;
+pub use faults::{Fault, FaultRule, OpKind};
 
 const SECTOR: usize = 512;
 
@@ -145,8 +154,9 @@ struct State {
     generation: u64,
     /// Operations left before the simulated power loss.
     ops_until_power_off: Option<u64>,
-    skip_sync: Option<Box<dyn Fn(&Path) -> bool + Send>>,
+    skip_sync: Option<faults::PathPred>,
     crashes: u64,
+    faults: faults::Faults,
 }
 
 /// The simulated file system; share it as `Arc<SimFs>` between the engine
@@ -193,6 +203,7 @@ impl SimFs {
                 ops_until_power_off: None,
                 skip_sync: None,
                 crashes: 0,
+                faults: faults::Faults::default(),
             }),
         })
     }
@@ -262,23 +273,45 @@ impl SimFs {
         st.crashes += 1;
     }
 
-    /// Count one operation against the power-off budget.
-    fn op(&self, what: &str, path: &Path) -> io::Result<std::sync::MutexGuard<'_, State>> {
+    /// Fail operations as `rule` says (see the module comment); rules are
+    /// checked in the order they were injected, the first that fires wins.
+    pub fn inject(&self, rule: FaultRule) {
+        self.state.lock().unwrap().faults.add(rule);
+    }
+
+    /// Remove every injected fault (the disk has space again, the device
+    /// is back).
+    pub fn clear_faults(&self) {
+        self.state.lock().unwrap().faults.clear();
+    }
+
+    /// Injected faults that have fired so far.
+    pub fn faults_fired(&self) -> u64 {
+        self.state.lock().unwrap().faults.fired()
+    }
+
+    /// Count one operation against the power-off budget, then against the
+    /// injected faults.
+    fn op(&self, kind: OpKind, path: &Path) -> io::Result<std::sync::MutexGuard<'_, State>> {
         let mut st = self.state.lock().unwrap();
         if let Some(n) = st.ops_until_power_off.as_mut() {
             if *n == 0 {
                 return Err(io::Error::other(format!(
-                    "{what} {}: simulated power loss",
+                    "{} {}: simulated power loss",
+                    kind.name(),
                     path.display()
                 )));
             }
             *n -= 1;
         }
+        if let Some(fault) = st.faults.check(kind, path) {
+            return Err(fault.error(kind, path));
+        }
         Ok(st)
     }
 
     pub(crate) fn open(self: &Arc<Self>, path: &Path, mode: OpenMode) -> io::Result<SimFile> {
-        let mut st = self.op("open", path)?;
+        let mut st = self.op(OpKind::Open, path)?;
         let ino = match st.volatile.get(path).cloned() {
             Some(Entry::Dir) => {
                 return Err(io::Error::new(
@@ -314,7 +347,7 @@ impl SimFs {
     }
 
     pub(crate) fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        let mut st = self.op("create directory", path)?;
+        let mut st = self.op(OpKind::CreateDir, path)?;
         let mut missing = Vec::new();
         let mut p = Some(path);
         while let Some(dir) = p {
@@ -336,7 +369,7 @@ impl SimFs {
     }
 
     pub(crate) fn read_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        let st = self.op("list", path)?;
+        let st = self.op(OpKind::ReadDir, path)?;
         require_dir(&st.volatile, path, path)?;
         Ok(st
             .volatile
@@ -352,11 +385,11 @@ impl SimFs {
     }
 
     pub(crate) fn exists(&self, path: &Path) -> io::Result<bool> {
-        Ok(self.op("stat", path)?.volatile.contains_key(path))
+        Ok(self.op(OpKind::Stat, path)?.volatile.contains_key(path))
     }
 
     pub(crate) fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let mut st = self.op("rename", from)?;
+        let mut st = self.op(OpKind::Rename, from)?;
         if !st.volatile.contains_key(from) {
             return Err(not_found(from));
         }
@@ -368,7 +401,7 @@ impl SimFs {
     }
 
     pub(crate) fn remove(&self, path: &Path, dir_ok: bool) -> io::Result<()> {
-        let mut st = self.op("remove", path)?;
+        let mut st = self.op(OpKind::Remove, path)?;
         match st.volatile.get(path) {
             None => return Err(not_found(path)),
             Some(Entry::Dir) if !dir_ok => {
@@ -383,7 +416,7 @@ impl SimFs {
     }
 
     pub(crate) fn fsync_dir(&self, path: &Path) -> io::Result<()> {
-        let mut guard = self.op("fsync directory", path)?;
+        let mut guard = self.op(OpKind::FsyncDir, path)?;
         let st = &mut *guard;
         require_dir(&st.volatile, path, path)?;
         if let Some(last) = st.journal.iter().rposition(|op| op.touches(path)) {
@@ -412,15 +445,16 @@ impl SimFile {
     /// The node, if the handle is from this generation and power is on.
     fn with_node<T>(
         &self,
-        what: &str,
+        kind: OpKind,
         path: &Path,
         f: impl FnOnce(&mut Node, &mut State) -> io::Result<T>,
     ) -> io::Result<T> {
-        let mut guard = self.fs.op(what, path)?;
+        let mut guard = self.fs.op(kind, path)?;
         let st = &mut *guard;
         if st.generation != self.generation {
             return Err(io::Error::other(format!(
-                "{what} {}: stale handle after a crash",
+                "{} {}: stale handle after a crash",
+                kind.name(),
                 path.display()
             )));
         }
@@ -430,8 +464,22 @@ impl SimFile {
         res
     }
 
+    /// The node without counting an operation (the partial effect of one
+    /// that failed); nothing happens if the handle is stale or the node gone.
+    fn with_node_unchecked(&self, f: impl FnOnce(&mut Node, &mut State)) {
+        let mut guard = self.fs.state.lock().unwrap();
+        let st = &mut *guard;
+        if st.generation != self.generation {
+            return;
+        }
+        if let Some(mut node) = st.nodes.remove(&self.ino) {
+            f(&mut node, st);
+            st.nodes.insert(self.ino, node);
+        }
+    }
+
     pub fn read_exact_at(&self, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.with_node("read", path, |node, _| {
+        self.with_node(OpKind::Read, path, |node, _| {
             let end = offset as usize + buf.len();
             if end > node.current.len() {
                 return Err(io::Error::new(
@@ -448,15 +496,30 @@ impl SimFile {
         if !self.writable {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, "opened read-only"));
         }
-        self.with_node("write", path, |node, _| {
+        let res = self.with_node(OpKind::Write, path, |node, _| {
             apply_write(&mut node.current, offset, buf);
             node.pending.push(Pending::Write { offset, data: buf.to_vec() });
             Ok(())
-        })
+        });
+        match res {
+            Err(e) if faults::is_injected(&e) => {
+                // A short write before the error: a random sector prefix lands.
+                self.with_node_unchecked(|node, st| {
+                    let n =
+                        (st.rng.gen_range(0..=buf.len().div_ceil(SECTOR)) * SECTOR).min(buf.len());
+                    if n > 0 {
+                        apply_write(&mut node.current, offset, &buf[..n]);
+                        node.pending.push(Pending::Write { offset, data: buf[..n].to_vec() });
+                    }
+                });
+                Err(e)
+            }
+            res => res,
+        }
     }
 
     pub fn sync_all(&self, path: &Path) -> io::Result<()> {
-        self.with_node("fsync", path, |node, st| {
+        self.with_node(OpKind::Fsync, path, |node, st| {
             if !st.skip_sync.as_ref().is_some_and(|f| f(path)) {
                 node.durable = node.current.clone();
                 node.pending.clear();
@@ -466,11 +529,11 @@ impl SimFile {
     }
 
     pub fn len(&self, path: &Path) -> io::Result<u64> {
-        self.with_node("stat", path, |node, _| Ok(node.current.len() as u64))
+        self.with_node(OpKind::Stat, path, |node, _| Ok(node.current.len() as u64))
     }
 
     pub fn set_len(&self, path: &Path, len: u64) -> io::Result<()> {
-        self.with_node("set_len", path, |node, _| {
+        self.with_node(OpKind::SetLen, path, |node, _| {
             node.current.resize(len as usize, 0);
             node.pending.push(Pending::SetLen(len));
             Ok(())

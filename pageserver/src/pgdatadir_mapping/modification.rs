@@ -11,9 +11,10 @@
 //! (so a base-backup import of any size runs in bounded memory); directory,
 //! size and bookkeeping values are kept in memory and written when their
 //! LSN is sealed, and the commit ends with one `finish_write(last lsn)`.
-//! Until then readers see nothing of the modification's LSNs. A modification dropped without commit leaves an unfinished LSN
-//! behind (the timeline writer warns); the caller abandons the timeline or
-//! retries the same LSN's changes.
+//! Until then readers see nothing of the modification's LSNs. A modification dropped without commit, or whose write
+//! failed, leaves nothing behind (the timeline writer abandons its
+//! unfinished LSNs); the caller abandons the timeline or retries the same
+//! LSNs' changes.
 //!
 //! Contract: one modification at a time per timeline (it is the ingest path;
 //! the timeline writer lock serializes the actual writes). The state before

@@ -196,3 +196,88 @@ async fn direct_io_alignment_is_checked_like_the_real_engines() {
     r.unwrap();
     assert!(buf.iter().all(|&b| b == 1));
 }
+
+#[tokio::test]
+async fn injected_faults_fail_the_chosen_operation_with_its_error() {
+    let fs = SimFs::new(9);
+    let e = IoEngine::simulated(fs.clone());
+    let f = e.open(&p("/f"), OpenMode::CREATE_NEW).await.unwrap();
+    // The third write fails with ENOSPC; the others succeed.
+    fs.inject(FaultRule::new(Fault::NoSpace).on(OpKind::Write).skip(2));
+    let mut results = Vec::new();
+    for i in 0..4u64 {
+        let (_, r) = f.write_all_at(AlignedBuf::from_slice(&[i as u8 + 1; 1024]), i * 1024).await;
+        results.push(r.map_err(|e| (e.kind(), e.to_string())));
+    }
+    assert!(results[0].is_ok() && results[1].is_ok() && results[3].is_ok(), "{results:?}");
+    let (kind, msg) = results[2].clone().unwrap_err();
+    assert_eq!(kind, io::ErrorKind::StorageFull);
+    assert!(msg.contains("write /f") && msg.contains("injected ENOSPC"), "{msg}");
+    assert_eq!(fs.faults_fired(), 1);
+    // A full disk: every fsync fails with EIO until cleared, other ops work.
+    fs.inject(FaultRule::new(Fault::Io).on(OpKind::Fsync).forever());
+    for _ in 0..3 {
+        assert_eq!(f.sync_all().await.unwrap_err().kind(), io::ErrorKind::Other);
+    }
+    assert_eq!(read(&e, &p("/f")).await.unwrap().len(), 4096);
+    fs.clear_faults();
+    f.sync_all().await.unwrap();
+    // By path: only the matching file's open fails.
+    fs.inject(FaultRule::new(Fault::NoSpace).on(OpKind::Open).matching(|p| p.ends_with("x")));
+    let err = e.open(&p("/x"), OpenMode::CREATE_NEW).await.err().unwrap();
+    assert!(err.to_string().contains("open /x: no space left"), "{err}");
+    assert!(!e.exists(&p("/x")).await.unwrap(), "a failed open creates nothing");
+    e.open(&p("/x"), OpenMode::CREATE_NEW).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_injected_write_fault_leaves_at_most_a_sector_prefix() {
+    let data: Vec<u8> = (0..8 * SECTOR).map(|i| (i % 253) as u8 + 1).collect();
+    let mut prefixes = HashSet::new();
+    for seed in 0..40 {
+        let fs = SimFs::new(seed);
+        let e = IoEngine::simulated(fs.clone());
+        let f = e.open(&p("/f"), OpenMode::CREATE_NEW).await.unwrap();
+        fs.inject(FaultRule::new(Fault::NoSpace).on(OpKind::Write));
+        let (_, r) = f.write_all_at(AlignedBuf::from_slice(&data), 0).await;
+        assert!(r.is_err());
+        let got = read(&e, &p("/f")).await.unwrap();
+        assert!(got.len() % SECTOR == 0 && got[..] == data[..got.len()], "seed {seed}");
+        prefixes.insert(got.len());
+        // Rewriting the same range after the fault gives the full content.
+        let (_, r) = f.write_all_at(AlignedBuf::from_slice(&data), 0).await;
+        r.unwrap();
+        assert_eq!(read(&e, &p("/f")).await.unwrap(), data);
+    }
+    assert!(prefixes.len() > 2, "{prefixes:?}");
+}
+
+#[tokio::test]
+async fn every_operation_kind_can_fail() {
+    for op in OpKind::ALL {
+        for fault in [Fault::NoSpace, Fault::Io] {
+            let fs = SimFs::new(5);
+            let e = IoEngine::simulated(fs.clone());
+            e.create_dir_all(&p("/d")).await.unwrap();
+            let f = e.open(&p("/d/f"), OpenMode::CREATE_NEW).await.unwrap();
+            fs.inject(FaultRule::new(fault).on(op));
+            let res: io::Result<()> = match op {
+                OpKind::Open => e.open(&p("/d/g"), OpenMode::CREATE_NEW).await.map(drop),
+                OpKind::Read => f.read_exact_at(AlignedBuf::for_read(0), 0, 0).await.1,
+                OpKind::Write => f.write_all_at(AlignedBuf::from_slice(b"x"), 0).await.1,
+                OpKind::Fsync => f.sync_all().await,
+                OpKind::SetLen => f.set_len(10).await,
+                OpKind::Stat => e.exists(&p("/d/f")).await.map(drop),
+                OpKind::CreateDir => e.create_dir_all(&p("/e")).await,
+                OpKind::ReadDir => e.read_dir(&p("/d")).await.map(drop),
+                OpKind::Rename => e.rename(&p("/d/f"), &p("/d/h")).await,
+                OpKind::Remove => e.remove_file(&p("/d/f")).await,
+                OpKind::FsyncDir => e.fsync_dir(&p("/d")).await,
+            };
+            let err = res.expect_err(op.name());
+            let want = if fault == Fault::NoSpace { "ENOSPC" } else { "EIO" };
+            assert!(err.to_string().contains(want), "{op:?}: {err}");
+            assert_eq!(fs.faults_fired(), 1, "{op:?}");
+        }
+    }
+}

@@ -6,8 +6,18 @@
 //! the tail.
 //!
 //! Concurrency contract: exactly one appender at a time (the timeline's
-//! writer lock guarantees it); any number of concurrent readers. Bytes below
-//! `flushed_len` are never rewritten, so readers read them without a lock.
+//! writer lock guarantees it); any number of concurrent readers. Bytes
+//! readers may read (those of completed appends) are never changed, so
+//! readers read the on-disk ones without a lock.
+//!
+//! Failed writes (a full disk): `append` is all or nothing. When a tail
+//! write fails, the state goes back to what it was before the append: the
+//! logical end, `flushed_len` and the tail's bytes (saved when the append
+//! began, only by an append that fills the tail). Tails written by the
+//! failed append stay on disk beyond `flushed_len` as garbage that the next
+//! tail writes overwrite; the bytes of the restored tail are rewritten with
+//! the same content, so a reader that still reads them from disk sees them
+//! unchanged.
 //! The state lock is a std `RwLock` held only for memcpy-sized sections,
 //! never across an await.
 //!
@@ -43,6 +53,12 @@ pub struct EphemeralFile {
     /// Opened for direct IO: disk reads are block aligned.
     direct: bool,
     state: RwLock<State>,
+}
+
+/// What `append` puts back when a write fails.
+struct Saved {
+    flushed_len: u64,
+    tail: AlignedBuf,
 }
 
 struct State {
@@ -99,12 +115,41 @@ impl EphemeralFile {
     }
 
     /// Append `data`; returns the offset it starts at. Single appender only.
-    pub async fn append(&self, mut data: &[u8]) -> io::Result<u64> {
-        let start = self.len();
+    ///
+    /// All or nothing: if a write fails (a full disk), the file is as it
+    /// was before the call (`len()` back at the returned offset would have
+    /// been, the tail holding what it held), so the caller may append the
+    /// same bytes again and they land at the same offset.
+    pub async fn append(&self, data: &[u8]) -> io::Result<u64> {
+        let (start, saved) = {
+            let st = self.state.read().unwrap();
+            debug_assert!(st.pending.is_none(), "a previous append did not finish its write");
+            // Only an append that fills the tail writes, and so can fail:
+            // keep what the tail held to put it back then.
+            let saved = (data.len() >= st.tail.remaining()).then(|| Saved {
+                flushed_len: st.flushed_len,
+                tail: AlignedBuf::from_slice_with_capacity(&st.tail, TAIL_SIZE),
+            });
+            (st.len(), saved)
+        };
+        match self.append_unchecked(data).await {
+            Ok(()) => Ok(start),
+            Err(e) => {
+                let saved = saved.expect("only an append that fills the tail writes");
+                let mut st = self.state.write().unwrap();
+                st.flushed_len = saved.flushed_len;
+                st.pending = None;
+                st.tail = saved.tail;
+                debug_assert_eq!(st.len(), start);
+                Err(e)
+            }
+        }
+    }
+
+    async fn append_unchecked(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
             let full = {
                 let mut st = self.state.write().unwrap();
-                debug_assert!(st.pending.is_none(), "a previous append did not finish its write");
                 let n = st.tail.remaining().min(data.len());
                 st.tail.extend_from_slice(&data[..n]);
                 data = &data[n..];
@@ -122,16 +167,14 @@ impl EphemeralFile {
                 self.write_pending(full, offset).await?;
             }
         }
-        Ok(start)
+        Ok(())
     }
 
     async fn write_pending(&self, full: Arc<AlignedBuf>, offset: u64) -> io::Result<()> {
-        // Readers may hold clones of `full`; write from a private copy only if
-        // we must. The common case is no concurrent reader: write it directly.
-        let owned = match Arc::try_unwrap(full) {
-            Ok(buf) => buf,
-            Err(shared) => AlignedBuf::from_slice(&shared),
-        };
+        // `pending` holds a clone for readers: write from a private copy,
+        // recycled as the next spare tail.
+        let owned = AlignedBuf::from_slice(&full);
+        drop(full);
         let len = owned.len() as u64;
         let (mut buf, res) = self.file.write_all_at(owned, offset).await;
         res?; // the engine's error names the operation and the file
@@ -156,12 +199,16 @@ impl EphemeralFile {
         // Copy the in-memory part under the lock; remember the disk part.
         let disk_end = {
             let st = self.state.read().unwrap();
-            assert!(
-                end <= st.len(),
-                "read [{offset}, {end}) past the end {} of {}",
-                st.len(),
-                self.path.display()
-            );
+            if end > st.len() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "read [{offset}, {end}) past the end {} of {}",
+                        st.len(),
+                        self.path.display()
+                    ),
+                ));
+            }
             buf.clear();
             buf.set_len(len);
             let mut copy_from = |src: &[u8], src_start: u64| {
@@ -188,7 +235,7 @@ impl EphemeralFile {
                 res?;
                 return Ok(b);
             }
-            let tmp = self.read_disk(offset, n).await?;
+            let tmp = self.read_disk(offset, n, disk_end).await?;
             buf[..n].copy_from_slice(&tmp[..n]);
         }
         Ok(buf)
@@ -196,17 +243,26 @@ impl EphemeralFile {
 
     /// Read `n` on-disk bytes at `offset` into a fresh buffer that starts
     /// with them (under direct IO, read the enclosing aligned blocks).
-    async fn read_disk(&self, offset: u64, n: usize) -> io::Result<AlignedBuf> {
+    /// `disk_end` is `flushed_len` as of the caller's look at the state (a
+    /// failed append may lower it since; the bytes below it stay valid).
+    async fn read_disk(&self, offset: u64, n: usize, disk_end: u64) -> io::Result<AlignedBuf> {
         if !self.direct {
-            let (tmp, res) = self.file.read_exact_at(AlignedBuf::for_read(n), offset, n).await;
+            let (tmp, res) = self.file.read_exact_at(AlignedBuf::try_for_read(n)?, offset, n).await;
             return res.map(|_| tmp);
         }
-        let block = self.file.direct_io_align().expect("opened for direct IO") as u64;
+        let Some(block) = self.file.direct_io_align() else {
+            return Err(io::Error::other(format!(
+                "{} is not open for direct IO",
+                self.path.display()
+            )));
+        };
+        let block = block as u64;
         let start = offset / block * block;
         let end = (offset + n as u64).next_multiple_of(block);
-        debug_assert!(end <= self.state.read().unwrap().flushed_len, "aligned read past disk");
+        debug_assert!(end <= disk_end.next_multiple_of(TAIL_SIZE as u64), "aligned read past disk");
         let len = (end - start) as usize;
-        let (mut tmp, res) = self.file.read_exact_at(AlignedBuf::for_read(len), start, len).await;
+        let (mut tmp, res) =
+            self.file.read_exact_at(AlignedBuf::try_for_read(len)?, start, len).await;
         res?;
         let skip = (offset - start) as usize;
         if skip > 0 {

@@ -10,6 +10,12 @@
 //! The writer appends the bytes first and then publishes the index entries,
 //! so any entry a reader can see points at bytes already appended. Readers
 //! take the index lock shortly to plan, then read without it.
+//!
+//! Failed writes: an append that fails (a full disk) leaves the file as it
+//! was and indexes nothing (`EphemeralFile::append` is all or nothing).
+//! Entries of LSNs that were never finished (the timeline writer gave up on
+//! them) are dropped with `discard_above`; their bytes stay in the file,
+//! unreferenced, and go away with it.
 
 use std::collections::BTreeMap;
 use std::sync::{OnceLock, RwLock};
@@ -79,7 +85,9 @@ impl InMemoryLayer {
         buf: &[u8],
         entries: &[(Key, Lsn, std::ops::Range<usize>, bool)],
     ) -> anyhow::Result<()> {
-        assert!(self.end_lsn().is_none(), "write into a frozen layer");
+        if let Some(end) = self.end_lsn() {
+            anyhow::bail!("write into the layer from {} frozen at {end}", self.start_lsn);
+        }
         let base = self.file.append(buf).await?;
         let mut index = self.index.write().unwrap();
         for (key, lsn, range, will_init) in entries {
@@ -108,7 +116,9 @@ impl InMemoryLayer {
         buf: &[u8],
         entries: &[(Key, Lsn, std::ops::Range<usize>)],
     ) -> anyhow::Result<()> {
-        assert!(self.end_lsn().is_none(), "write into a frozen layer");
+        if let Some(end) = self.end_lsn() {
+            anyhow::bail!("write into the layer from {} frozen at {end}", self.start_lsn);
+        }
         let base = self.file.append(buf).await?;
         let mut index = self.index.write().unwrap();
         for (key, lsn, range) in entries {
@@ -121,6 +131,25 @@ impl InMemoryLayer {
             }
         }
         Ok(())
+    }
+
+    /// Drop the index entries above `lsn` (values of LSNs the writer
+    /// abandoned, never visible to readers); returns how many.
+    pub fn discard_above(&self, lsn: Lsn) -> usize {
+        let mut index = self.index.write().unwrap();
+        let mut removed = 0;
+        index.retain(|_, hist| {
+            let keep = hist.partition_point(|(l, _)| *l <= lsn);
+            removed += hist.len() - keep;
+            hist.truncate(keep);
+            !hist.is_empty()
+        });
+        removed
+    }
+
+    /// Whether the index is empty (the file may still hold discarded bytes).
+    pub fn has_no_values(&self) -> bool {
+        self.index.read().unwrap().is_empty()
     }
 
     /// Values of `key` with `floor < LSN <= lsn`, newest first, up to and
@@ -151,7 +180,7 @@ impl InMemoryLayer {
     }
 
     pub async fn read_chunk(&self, offset: u64, len: usize) -> std::io::Result<AlignedBuf> {
-        self.file.read_at(AlignedBuf::for_read(len), offset, len).await
+        self.file.read_at(AlignedBuf::try_for_read(len)?, offset, len).await
     }
 
     /// Every index entry sorted by (key, LSN); for the flush of a frozen layer.

@@ -11,9 +11,9 @@
 //!   one writer at a time. A writer puts values at LSNs above
 //!   `last_record_lsn`, then calls `finish_write(lsn)` once all values of
 //!   `lsn` are in; only then do readers see them and may a freeze happen, so
-//!   layers always end at an LSN boundary. (A writer dropped between `put`
-//!   and `finish_write` leaves a partial LSN; freezes are skipped until it is
-//!   finished.)
+//!   layers always end at an LSN boundary. (A writer whose write failed, or
+//!   that is dropped between `put` and `finish_write`, abandons its
+//!   unfinished LSNs: ingest writes them again; see `writer.rs`.)
 //! - Freezing (size, budget, timeout, checkpoint) moves the open layer to the
 //!   frozen queue under the `layers` lock, with the writer lock held.
 //! - One flush task per timeline flushes frozen layers oldest first: write L0

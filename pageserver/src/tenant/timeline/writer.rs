@@ -12,6 +12,18 @@
 //! Chains: the writer counts, per key, the records since its last image
 //! and writes an image of a key whose chain reaches `max_record_chain`
 //! (`chain.rs` states how and why that keeps every invariant).
+//!
+//! Failed and abandoned writes (a full disk, a cancelled ingest): a write
+//! that fails leaves the open layer as it was before the call (the append
+//! is all or nothing), and the writer then abandons every LSN it has not
+//! finished: their index entries are discarded (`discard_above` at
+//! `last_record_lsn`), and a layer this writer opened is dropped (a layer
+//! is installed in the layer map only by `finish_write`, so the map never
+//! holds a layer without values). A writer that failed refuses further
+//! writes; the caller drops it and ingests again from `last_record_lsn`
+//! (the WAL receiver reconnects there), which rewrites the same LSNs. A
+//! writer dropped between `put_batch` and `finish_write` abandons its
+//! LSNs the same way, so the next writer starts from a clean state.
 
 use std::ops::Range;
 
@@ -20,7 +32,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use pageserver_api::key::Key;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use utils::lsn::Lsn;
 
 use super::super::storage_layer::inmemory_layer::InMemoryLayer;
@@ -44,10 +56,17 @@ pub const MAX_FROZEN_LAYERS: usize = 4;
 pub(super) struct WriterState {
     buf: Vec<u8>,
     entries: Vec<(Key, Lsn, Range<usize>, bool)>,
-    /// Highest LSN put since the last `finish_write`.
+    /// Highest LSN put since the last `finish_write`. `None` whenever no
+    /// writer holds the lock (a dropped writer abandons its LSNs).
     pub(super) unfinished_lsn: Option<Lsn>,
     /// Records per key since its last image (`chain.rs`).
     chains: ChainCounts,
+    /// A layer this writer opened, installed as the open layer at
+    /// `finish_write` (until then only unfinished LSNs are in it).
+    new_layer: Option<Arc<InMemoryLayer>>,
+    /// A write of the current writer failed: its unfinished LSNs were
+    /// abandoned, and it takes no more writes (reset when it is dropped).
+    failed: bool,
 }
 
 /// Exclusive ingest handle; see the module comment.
@@ -63,9 +82,21 @@ impl TimelineWriter<'_> {
 
     /// Append values (any keys, LSNs above `last_record_lsn`) to the open layer.
     pub async fn put_batch(&mut self, batch: &[(Key, Lsn, Value)]) -> anyhow::Result<()> {
+        if self.state.failed {
+            bail!("an earlier write of this writer failed; ingest again from last_record_lsn");
+        }
         if batch.is_empty() {
             return Ok(());
         }
+        let res = self.put_batch_inner(batch).await;
+        if res.is_err() {
+            self.state.failed = true;
+            self.abandon_unfinished();
+        }
+        res
+    }
+
+    async fn put_batch_inner(&mut self, batch: &[(Key, Lsn, Value)]) -> anyhow::Result<()> {
         self.wait_for_flush_capacity().await?;
         let tl = self.tl;
         let last = tl.get_last_record_lsn();
@@ -92,7 +123,10 @@ impl TimelineWriter<'_> {
             max_lsn = max_lsn.max(*lsn);
         }
         let open = tl.layers.read().unwrap().open_layer().cloned();
-        let layer = match open {
+        // Chain images are read through the layer map: not possible from a
+        // layer this writer opened and has not installed yet.
+        let images_possible = open.is_some();
+        let layer = match open.or_else(|| st.new_layer.clone()) {
             Some(l) => l,
             None => {
                 // Only the writer (us) opens layers, and freezes happen with
@@ -100,24 +134,23 @@ impl TimelineWriter<'_> {
                 let start = tl.layers.read().unwrap().next_layer_start();
                 debug_assert!(start <= last + 1);
                 let seq = tl.ephemeral_seq.fetch_add(1, Ordering::Relaxed);
-                let l = Arc::new(
-                    InMemoryLayer::create(
-                        &tl.conf.io_engine,
-                        &tl.dir,
-                        seq,
-                        start,
-                        tl.conf.direct_io,
-                    )
-                    .await?,
-                );
-                tl.layers.write().unwrap().set_open(l.clone());
-                l
+                let l = InMemoryLayer::create(
+                    &tl.conf.io_engine,
+                    &tl.dir,
+                    seq,
+                    start,
+                    tl.conf.direct_io,
+                )
+                .await
+                .context("create an in-memory layer")?;
+                st.new_layer.insert(Arc::new(l)).clone()
             }
         };
         st.unfinished_lsn = Some(st.unfinished_lsn.map_or(max_lsn, |u| u.max(max_lsn)));
         layer.put_serialized(&st.buf, &st.entries).await?;
         tl.globals.in_memory_bytes.fetch_add(st.buf.len() as u64, Ordering::Relaxed);
-        let long = st.chains.count(&st.entries, tl.conf.compaction.max_record_chain);
+        let bound = tl.conf.compaction.max_record_chain;
+        let long = st.chains.count(&st.entries, bound, images_possible);
         if !long.is_empty() {
             self.write_chain_images(&layer, &long).await?;
         }
@@ -188,16 +221,59 @@ impl TimelineWriter<'_> {
         Ok(())
     }
 
+    /// Forget every LSN above `last_record_lsn`: discard its index entries
+    /// from the open layer, drop a layer this writer opened. Readers never
+    /// saw them; ingest writes them again.
+    fn abandon_unfinished(&mut self) {
+        let tl = self.tl;
+        let st = &mut *self.state;
+        if let Some(new) = st.new_layer.take() {
+            // Never installed: nothing else holds it; its file goes with it.
+            tl.globals.in_memory_bytes.fetch_sub(new.size(), Ordering::Relaxed);
+        }
+        let Some(u) = st.unfinished_lsn.take() else { return };
+        let last = tl.get_last_record_lsn();
+        let mut discarded = 0;
+        if let Some(open) = tl.layers.read().unwrap().open_layer() {
+            discarded = open.discard_above(last);
+            // It held finished values before this writer: still has them.
+            debug_assert!(!open.has_no_values(), "the open layer has finished values");
+        }
+        info!(
+            "abandoned the unfinished LSNs {}..={u} ({discarded} values discarded from the open layer); ingest resumes after {last}",
+            last + 1
+        );
+    }
+
     /// Everything at or below `lsn` is ingested: publish it to readers and
     /// freeze the open layer if it is big enough or the budget is exceeded.
+    /// After a failed write this publishes nothing (the caller should have
+    /// stopped at the error): it logs that and leaves `last_record_lsn`.
     pub fn finish_write(&mut self, lsn: Lsn) {
         let tl = self.tl;
+        if self.state.failed {
+            error!("finish_write({lsn}) after a failed write: nothing published");
+            return;
+        }
         if let Some(u) = self.state.unfinished_lsn {
-            assert!(u <= lsn, "finish_write({lsn}) below a written LSN {u}");
+            if u > lsn {
+                // A caller's bug; publishing would expose part of LSN `u`.
+                debug_assert!(u <= lsn, "finish_write({lsn}) below a written LSN {u}");
+                error!(
+                    "finish_write({lsn}) below a written LSN {u}: abandoning the unfinished LSNs"
+                );
+                self.state.failed = true;
+                self.abandon_unfinished();
+                return;
+            }
         }
         self.state.unfinished_lsn = None;
         if lsn <= tl.get_last_record_lsn() {
+            debug_assert!(self.state.new_layer.is_none(), "values at or below last_record_lsn");
             return;
+        }
+        if let Some(new) = self.state.new_layer.take() {
+            tl.layers.write().unwrap().set_open(new);
         }
         tl.last_record_lsn.advance(lsn);
         let open_size = tl.layers.read().unwrap().open_layer().map_or(0, |l| l.size());
@@ -240,10 +316,10 @@ impl TimelineWriter<'_> {
 
 impl Drop for TimelineWriter<'_> {
     fn drop(&mut self) {
-        // This happens when a write fails part way (its caller reports the
-        // error) or a timeline being created is abandoned: not an error here.
-        if let Some(u) = self.state.unfinished_lsn {
-            info!("timeline writer dropped with LSN {u} unfinished; freezes wait until it is finished");
-        }
+        // This happens when ingest is cancelled part way, or a timeline
+        // being created is abandoned: not an error here. The next writer
+        // starts at `last_record_lsn` with nothing unfinished.
+        self.abandon_unfinished();
+        self.state.failed = false;
     }
 }

@@ -55,10 +55,15 @@ impl ChainCounts {
     /// LSN order); returns each (key, LSN) at which a key's chain reached
     /// `bound`, in batch order (a key may come more than once: its count
     /// starts again after each, as its image will replace that value).
+    /// With `images_possible` false (the batch went into a layer readers
+    /// cannot see yet, so no image of it can be read) nothing is returned:
+    /// counts go on past the bound, and the key is due at its first value
+    /// of a later batch.
     pub fn count(
         &mut self,
         entries: &[(Key, Lsn, Range<usize>, bool)],
         bound: usize,
+        images_possible: bool,
     ) -> Vec<(Key, Lsn)> {
         let bound = u32::try_from(bound).unwrap_or(u32::MAX).max(1);
         let mut due = Vec::new();
@@ -72,8 +77,8 @@ impl ChainCounts {
                 self.make_room(bound);
             }
             let c = self.counts.entry(k).or_insert(0);
-            *c += 1;
-            if *c >= bound {
+            *c = c.saturating_add(1);
+            if *c >= bound && images_possible {
                 self.counts.remove(&k);
                 due.push((*key, *lsn));
             }
