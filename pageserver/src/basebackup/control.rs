@@ -10,9 +10,10 @@ use bytes::Bytes;
 use pageserver_api::key::Key;
 use postgres_ffi::controlfile::{CheckPoint, ControlFileData, CHECKPOINT_SIZE};
 use postgres_ffi::wal::stub::{
-    checkpoint_record_lsn, checkpoint_shutdown_record, generate_segment, normalize_lsn,
-    wal_file_name, SegmentParams,
+    checkpoint_record_lsn, checkpoint_shutdown_record, normalize_lsn, wal_file_name, SegmentParams,
+    SegmentStub,
 };
+use postgres_ffi::wal::XLOG_BLCKSZ;
 use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;
 
@@ -107,9 +108,20 @@ impl Control {
             cp.encode_into(&mut body, self.version);
             checkpoint_shutdown_record(&body, prev.filter(|p| *p < self.start).unwrap_or(Lsn(0)))
         });
-        let segment = generate_segment(&params, self.start, record.as_deref());
+        // Page by page: a client that does not read holds one page of it.
+        let stub = SegmentStub::new(&params, self.start, record.as_deref());
         let name = wal_file_name(params.timeline, self.start, params.seg_size);
-        tar.file(&format!("pg_wal/{name}"), &segment).await
+        tar.begin_file(&format!("pg_wal/{name}"), params.seg_size).await?;
+        let mut page = [0u8; XLOG_BLCKSZ];
+        for index in 0..stub.zeros_from_page() {
+            stub.page(index, &mut page);
+            tar.data(&page).await?;
+        }
+        let zeros = [0u8; XLOG_BLCKSZ];
+        for _ in stub.zeros_from_page()..stub.page_count() {
+            tar.data(&zeros).await?;
+        }
+        tar.end_file().await
     }
 }
 

@@ -26,6 +26,7 @@
 
 mod control;
 mod datadir;
+pub mod limits;
 mod rels;
 pub mod tar;
 
@@ -80,6 +81,9 @@ pub enum BackupError {
     Disconnected(#[source] std::io::Error),
     #[error("shutting down")]
     Shutdown,
+    /// A limit on concurrent backups was reached (`limits.rs`).
+    #[error("{0}")]
+    TooMany(String),
 }
 
 impl BackupError {
@@ -125,13 +129,18 @@ pub struct Prepared {
     opts: BackupOptions,
     version: PgMajorVersion,
     control: control::Control,
+    /// Held until the backup is sent or abandoned.
+    _slot: limits::BackupSlot,
 }
 
+/// Everything known before the first byte: a slot within the limits on
+/// concurrent backups, the control file at the LSN.
 pub async fn prepare(tl: &Timeline, opts: BackupOptions) -> Result<Prepared, BackupError> {
+    let slot = limits::acquire(tl.globals(), tl.tenant_id, tl.conf().backup_limits)?;
     let version = PgMajorVersion::new(tl.pg_version)
         .map_err(|e| BackupError::Internal(format!("timeline {}: {e}", tl.timeline_id)))?;
     let control = control::Control::read(tl, &opts, version).await?;
-    Ok(Prepared { opts, version, control })
+    Ok(Prepared { opts, version, control, _slot: slot })
 }
 
 /// Write the whole archive to `sink`; returns the sink (flushed) and the

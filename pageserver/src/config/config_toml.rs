@@ -70,6 +70,9 @@ pub struct ConfigToml {
     pub wal_receiver_idle_flush: Duration,
     /// Check native redo against PostgreSQL's consistency images.
     pub wal_redo_check: bool,
+    /// Backups (basebackup, fullbackup) generated at once, in all and per tenant.
+    pub max_concurrent_backups: usize,
+    pub max_concurrent_backups_per_tenant: usize,
     /// How long an LSN lease lasts from its latest renewal.
     #[serde(with = "humantime_serde")]
     pub lsn_lease_length: Duration,
@@ -160,6 +163,8 @@ impl Default for ConfigToml {
             wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
             wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
             wal_redo_check: false,
+            max_concurrent_backups: DEFAULT_MAX_CONCURRENT_BACKUPS,
+            max_concurrent_backups_per_tenant: DEFAULT_MAX_CONCURRENT_BACKUPS_PER_TENANT,
             lsn_lease_length: duration(DEFAULT_LSN_LEASE_LENGTH),
             compaction_threshold: DEFAULT_COMPACTION_THRESHOLD,
             compaction_target_size: size(DEFAULT_COMPACTION_TARGET_SIZE),

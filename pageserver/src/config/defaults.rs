@@ -34,6 +34,12 @@ pub const DEFAULT_AUTHENTICATION_TIMEOUT: &str = "10 s";
 /// Requests the HTTP API runs at once; more get a 503.
 pub const DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS: usize = 64;
 
+/// Backups (basebackup, fullbackup) generated at once in the daemon, and
+/// per tenant; one more is refused (53300 over libpq, 503 over HTTP). Each
+/// holds about 1.3 MiB while its client reads slowly (`basebackup/tar.rs`).
+pub const DEFAULT_MAX_CONCURRENT_BACKUPS: usize = 64;
+pub const DEFAULT_MAX_CONCURRENT_BACKUPS_PER_TENANT: usize = 16;
+
 /// How long an HTTP client may take to send a request's headers.
 pub const DEFAULT_HTTP_HEADER_READ_TIMEOUT: &str = "10 s";
 

@@ -32,6 +32,7 @@ use io_engine::{IoEngine, IoEngineKind};
 use pageserver_api::config::PageServicePipeliningConfig;
 use serde::Deserialize;
 
+use crate::basebackup::limits::BackupLimits;
 use crate::http::HttpConf;
 use crate::page_service::PageServiceConf;
 use crate::remote_storage::RemoteStorage;
@@ -80,6 +81,7 @@ pub struct PageServerConf {
     pub in_memory_layers_budget: u64,
     /// Ingest checks native redo against PostgreSQL's consistency images.
     pub wal_redo_check: bool,
+    pub backup_limits: BackupLimits,
     pub io_engine: IoEngine,
     /// Layer and ephemeral files use `O_DIRECT` (checked at start-up by
     /// `check_direct_io`).
@@ -165,6 +167,8 @@ impl PageServerConf {
             wal_receiver_status_interval,
             wal_receiver_idle_flush,
             wal_redo_check,
+            max_concurrent_backups,
+            max_concurrent_backups_per_tenant,
             lsn_lease_length,
             compaction_threshold,
             compaction_target_size,
@@ -196,6 +200,12 @@ impl PageServerConf {
         nonzero("wal_receiver_status_interval", wal_receiver_status_interval.is_zero())?;
         nonzero("wal_receiver_idle_flush", wal_receiver_idle_flush.is_zero())?;
         nonzero("lsn_lease_length", lsn_lease_length.is_zero())?;
+        nonzero("max_concurrent_backups", max_concurrent_backups == 0)?;
+        nonzero("max_concurrent_backups_per_tenant", max_concurrent_backups_per_tenant == 0)?;
+        let backup_limits = BackupLimits {
+            total: max_concurrent_backups,
+            per_tenant: max_concurrent_backups_per_tenant,
+        };
         let compaction = check_compaction(CompactionConf {
             compaction_threshold,
             compaction_target_size: compaction_target_size.as_u64(),
@@ -263,6 +273,7 @@ impl PageServerConf {
             max_get_vectored_keys,
             in_memory_layers_budget: in_memory_layers_budget.as_u64(),
             wal_redo_check,
+            backup_limits,
             io_engine,
             direct_io,
             log_format,
@@ -298,6 +309,7 @@ impl PageServerConf {
             max_get_vectored_keys: self.max_get_vectored_keys,
             in_memory_layers_budget: self.in_memory_layers_budget,
             wal_redo_check: self.wal_redo_check,
+            backup_limits: self.backup_limits,
             io_engine: self.io_engine.clone(),
             direct_io: self.direct_io,
             lsn_lease_length: self.lsn_lease_length,

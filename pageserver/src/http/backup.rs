@@ -192,6 +192,7 @@ fn api_error(state: &HttpState, tl: &Timeline, e: BackupError) -> ApiError {
             "timeline {}/{} is shutting down (deleted, detached or reset): no backup of it",
             tl.tenant_id, tl.timeline_id
         )),
+        BackupError::TooMany(msg) => ApiError::Overloaded(msg),
         e @ (BackupError::NotReadable(_)
         | BackupError::Unaligned(_)
         | BackupError::LsnTimeout { .. }) => ApiError::BadRequest(e.to_string()),

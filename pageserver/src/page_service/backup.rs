@@ -167,6 +167,7 @@ fn to_query_error(e: BackupError, tl: &Timeline, cancel: &CancellationToken) -> 
             ),
         ),
         BackupError::Disconnected(io) => QueryError::Disconnected(io),
+        BackupError::TooMany(msg) => QueryError::command(sqlstate::TOO_MANY_CONNECTIONS, msg),
         e @ (BackupError::NotReadable(_)
         | BackupError::Unaligned(_)
         | BackupError::LsnTimeout { .. }) => {

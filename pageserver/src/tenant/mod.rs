@@ -47,6 +47,7 @@ use utils::lsn::Lsn;
 
 pub use timeline::{LayerStats, Timeline, TimelineWriter};
 
+use crate::basebackup::limits::{BackupLimits, BackupSlots};
 use crate::metrics::storage as metrics;
 use attachment::RemoteIndex;
 use metadata::TimelineMetadata;
@@ -66,6 +67,8 @@ pub struct StorageConf {
     /// Ingest redoes every natively redone record whose block carries
     /// PostgreSQL's consistency image too, and compares (`walingest/redo_check.rs`).
     pub wal_redo_check: bool,
+    /// Concurrent backups (`basebackup/limits.rs`).
+    pub backup_limits: BackupLimits,
     pub io_engine: io_engine::IoEngine,
     /// Layer and ephemeral files use direct IO (`O_DIRECT`).
     pub direct_io: bool,
@@ -151,6 +154,7 @@ impl StorageConf {
             max_get_vectored_keys: 32,
             in_memory_layers_budget: 1024 * 1024 * 1024,
             wal_redo_check: true,
+            backup_limits: BackupLimits { total: 64, per_tenant: 16 },
             io_engine: io_engine::IoEngine::new(test_io_engine_kind()).unwrap(),
             direct_io: test_direct_io(),
             lsn_lease_length: Duration::from_secs(600),
@@ -171,6 +175,8 @@ impl StorageConf {
 pub struct Globals {
     /// Bytes in all open and frozen in-memory layers.
     pub in_memory_bytes: AtomicU64,
+    /// Backups being generated.
+    pub backups: BackupSlots,
 }
 
 pub const DELETED_SUFFIX: &str = ".___deleted";

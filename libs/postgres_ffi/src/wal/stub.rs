@@ -78,26 +78,120 @@ pub fn checkpoint_record_lsn(lsn: Lsn, seg_size: u64) -> Lsn {
 /// The segment holding `start` (a [`normalize_lsn`] position), with page
 /// headers up to it and, if given, `record` (whole record bytes) at it.
 /// Panics if `start` is not a record position or the record does not fit
-/// in the segment (callers use [`checkpoint_record_lsn`]).
+/// in the segment (callers use [`checkpoint_record_lsn`]). Holds the whole
+/// segment: [`SegmentStub`] makes it one page at a time.
 pub fn generate_segment(p: &SegmentParams, start: Lsn, record: Option<&[u8]>) -> Vec<u8> {
-    assert!(p.seg_size.is_power_of_two() && p.seg_size >= XLOG_BLCKSZ as u64);
-    assert_eq!(start, normalize_lsn(start, p.seg_size), "{start} is inside a page header");
-    let seg_start = start.0 - start.0 % p.seg_size;
+    let stub = SegmentStub::new(p, start, record);
     let mut seg = vec![0u8; p.seg_size as usize];
-    let start_off = (start.0 - seg_start) as usize;
-    let start_page = start_off / XLOG_BLCKSZ;
-    for page in 0..=start_page {
-        let hdr_len = header_len(page);
-        let data_from = page * XLOG_BLCKSZ + hdr_len;
-        // Fake-record bytes left from this page's data start to `start`,
-        // page headers excluded.
-        let rem = start_off - data_from - (start_page - page) * XLOG_SHORT_PHD_LEN;
-        write_page_header(&mut seg, p, seg_start, page, rem as u32);
-    }
-    if let Some(rec) = record {
-        write_record(&mut seg, p, seg_start, start_off, rec);
+    for (page, out) in seg.chunks_exact_mut(XLOG_BLCKSZ).enumerate() {
+        stub.page(page, out);
     }
     seg
+}
+
+/// The segment of [`generate_segment`], page by page: memory is the pages
+/// the record touches (at most two), whatever the segment size.
+pub struct SegmentStub {
+    p: SegmentParams,
+    seg_start: u64,
+    start_off: usize,
+    start_page: usize,
+    /// Pages `start_page..start_page + tail.len() / XLOG_BLCKSZ` as written.
+    tail: Vec<u8>,
+}
+
+impl SegmentStub {
+    /// Panics as [`generate_segment`] does.
+    pub fn new(p: &SegmentParams, start: Lsn, record: Option<&[u8]>) -> SegmentStub {
+        assert!(p.seg_size.is_power_of_two() && p.seg_size >= XLOG_BLCKSZ as u64);
+        assert_eq!(start, normalize_lsn(start, p.seg_size), "{start} is inside a page header");
+        let seg_start = start.0 - start.0 % p.seg_size;
+        let start_off = (start.0 - seg_start) as usize;
+        let start_page = start_off / XLOG_BLCKSZ;
+        let rec_len = record.map_or(0, <[u8]>::len);
+        // The record and the short headers of the pages it continues on.
+        let end_off = start_off + rec_len + rec_len.div_ceil(XLOG_BLCKSZ) * XLOG_SHORT_PHD_LEN;
+        let pages = (end_off.div_ceil(XLOG_BLCKSZ) - start_page).max(1);
+        assert!(
+            start_page + pages <= (p.seg_size as usize) / XLOG_BLCKSZ,
+            "a record crossing into the next segment"
+        );
+        let mut stub = SegmentStub {
+            p: *p,
+            seg_start,
+            start_off,
+            start_page,
+            tail: vec![0; pages * XLOG_BLCKSZ],
+        };
+        let mut tail = std::mem::take(&mut stub.tail);
+        stub.header(&mut tail[..XLOG_BLCKSZ], start_page);
+        if let Some(rec) = record {
+            stub.write_record(&mut tail, rec);
+        }
+        stub.tail = tail;
+        stub
+    }
+
+    /// Pages in the segment.
+    pub fn page_count(&self) -> usize {
+        self.p.seg_size as usize / XLOG_BLCKSZ
+    }
+
+    /// Pages from this one on are all zeros.
+    pub fn zeros_from_page(&self) -> usize {
+        self.start_page + self.tail.len() / XLOG_BLCKSZ
+    }
+
+    /// Page `page` of the segment into `out` (`XLOG_BLCKSZ` bytes).
+    pub fn page(&self, page: usize, out: &mut [u8]) {
+        assert_eq!(out.len(), XLOG_BLCKSZ);
+        if page < self.start_page {
+            out.fill(0);
+            self.header(out, page);
+        } else if page < self.zeros_from_page() {
+            let at = (page - self.start_page) * XLOG_BLCKSZ;
+            out.copy_from_slice(&self.tail[at..at + XLOG_BLCKSZ]);
+        } else {
+            out.fill(0);
+        }
+    }
+
+    /// The header of a page up to the start page: a continuation of the
+    /// fake record that ends at `start`.
+    fn header(&self, out: &mut [u8], page: usize) {
+        let data_from = page * XLOG_BLCKSZ + header_len(page);
+        // Fake-record bytes left from this page's data start to `start`,
+        // page headers excluded.
+        let rem = self.start_off - data_from - (self.start_page - page) * XLOG_SHORT_PHD_LEN;
+        write_page_header(out, &self.p, self.seg_start, page, rem as u32);
+    }
+
+    /// Copy `rec` into the tail from `start`, continuing after the header
+    /// of each page it crosses.
+    fn write_record(&self, tail: &mut [u8], rec: &[u8]) {
+        let base = self.start_page * XLOG_BLCKSZ;
+        let mut off = self.start_off;
+        let mut left = rec;
+        while !left.is_empty() {
+            if off.is_multiple_of(XLOG_BLCKSZ) {
+                let page = off / XLOG_BLCKSZ;
+                let at = off - base;
+                write_page_header(
+                    &mut tail[at..at + XLOG_BLCKSZ],
+                    &self.p,
+                    self.seg_start,
+                    page,
+                    left.len() as u32,
+                );
+                off += XLOG_SHORT_PHD_LEN;
+            }
+            let room = XLOG_BLCKSZ - off % XLOG_BLCKSZ;
+            let n = room.min(left.len());
+            tail[off - base..off - base + n].copy_from_slice(&left[..n]);
+            off += n;
+            left = &left[n..];
+        }
+    }
 }
 
 fn header_len(page: usize) -> usize {
@@ -108,43 +202,25 @@ fn header_len(page: usize) -> usize {
     }
 }
 
-/// `XLogPageHeaderData` (+ the long part on page 0). `rem_len` > 0 marks
-/// the page as starting with a continuation of `rem_len` bytes.
-fn write_page_header(seg: &mut [u8], p: &SegmentParams, seg_start: u64, page: usize, rem: u32) {
-    let at = page * XLOG_BLCKSZ;
+/// `XLogPageHeaderData` (+ the long part on page 0) of segment page `page`
+/// into `out`, that page's bytes. `rem_len` > 0 marks the page as starting
+/// with a continuation of `rem_len` bytes.
+fn write_page_header(out: &mut [u8], p: &SegmentParams, seg_start: u64, page: usize, rem: u32) {
     let mut info = if rem > 0 { XLP_FIRST_IS_CONTRECORD } else { 0 };
     if page == 0 {
         info |= XLP_LONG_HEADER;
     }
-    let h = &mut seg[at..at + header_len(page)];
+    let h = &mut out[..header_len(page)];
     h[0..2].copy_from_slice(&xlog_page_magic(p.version).to_le_bytes());
     h[2..4].copy_from_slice(&info.to_le_bytes());
     h[4..8].copy_from_slice(&p.timeline.to_le_bytes());
-    h[8..16].copy_from_slice(&(seg_start + at as u64).to_le_bytes());
+    h[8..16].copy_from_slice(&(seg_start + (page * XLOG_BLCKSZ) as u64).to_le_bytes());
     h[16..20].copy_from_slice(&rem.to_le_bytes());
     // 20..24: padding (MAXALIGN of the short header).
     if page == 0 {
         h[24..32].copy_from_slice(&p.system_id.to_le_bytes());
         h[32..36].copy_from_slice(&(p.seg_size as u32).to_le_bytes());
         h[36..40].copy_from_slice(&(XLOG_BLCKSZ as u32).to_le_bytes());
-    }
-}
-
-/// Copy `rec` from `off`, continuing after the header of each page it crosses.
-fn write_record(seg: &mut [u8], p: &SegmentParams, seg_start: u64, mut off: usize, rec: &[u8]) {
-    let mut left = rec;
-    while !left.is_empty() {
-        if off.is_multiple_of(XLOG_BLCKSZ) {
-            let page = off / XLOG_BLCKSZ;
-            assert!(page > 0, "a record crossing into the next segment");
-            write_page_header(seg, p, seg_start, page, left.len() as u32);
-            off += XLOG_SHORT_PHD_LEN;
-        }
-        let room = XLOG_BLCKSZ - off % XLOG_BLCKSZ;
-        let n = room.min(left.len());
-        seg[off..off + n].copy_from_slice(&left[..n]);
-        off += n;
-        left = &left[n..];
     }
 }
 

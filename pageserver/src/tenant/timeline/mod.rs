@@ -395,6 +395,11 @@ impl Timeline {
         &self.conf
     }
 
+    /// Process-wide storage state shared by all timelines.
+    pub fn globals(&self) -> &Arc<Globals> {
+        &self.globals
+    }
+
     /// Grant a lease at `lsn` for `lsn_lease_length` from now, or extend
     /// the one held (never shorten it); returns the lease held once it is
     /// durable.

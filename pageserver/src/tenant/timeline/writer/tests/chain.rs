@@ -11,11 +11,11 @@ use tokio_util::sync::CancellationToken;
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
+use super::super::chain::{ChainCounts, MAX_TRACKED_KEYS};
 use crate::tenant::mgr::TenantManager;
+use crate::tenant::timeline::Timeline;
 use crate::tenant::value::{image, Record, Value};
 use crate::tenant::StorageConf;
-use crate::tenant::timeline::Timeline;
-use super::super::chain::{ChainCounts, MAX_TRACKED_KEYS};
 
 const BOUND: usize = 16;
 

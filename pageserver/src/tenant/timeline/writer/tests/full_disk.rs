@@ -20,9 +20,9 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use crate::tenant::mgr::TenantManager;
+use crate::tenant::timeline::Timeline;
 use crate::tenant::value::image;
 use crate::tenant::StorageConf;
-use crate::tenant::timeline::Timeline;
 
 const START: Lsn = Lsn(0x1000);
 const RECORDS: u64 = 60;
