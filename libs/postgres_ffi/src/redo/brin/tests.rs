@@ -1,0 +1,1 @@
+//! BRIN redo on hand-made records: what the real-WAL fixtures cannot reach.
