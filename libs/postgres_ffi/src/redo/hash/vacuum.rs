@@ -28,7 +28,7 @@ const INDEX_SIZE_MASK: u16 = 0x1FFF;
 
 /// Offsets stored as consecutive little-endian u16.
 fn offsets(ctx: &Ctx, data: &[u8]) -> Result<Vec<u16>, Fault> {
-    if data.len() % 2 != 0 {
+    if !data.len().is_multiple_of(2) {
         return Err(Fault::Malformed(format!(
             "hash {}: odd offset list of {} bytes",
             name(ctx),
