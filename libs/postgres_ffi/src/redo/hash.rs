@@ -27,9 +27,9 @@
 //! Per major: every record's layout is the same in 15-18 except
 //! VACUUM_ONE_PAGE, whose `ntuples` is an `int` in 15 and a `uint16`
 //! followed by `isCatalogRel` from 16 (the offsets start at byte 8 in
-//! both). 18 (and the 16/17 minors with the fix) registers no write page
-//! for a SQUEEZE_PAGE that moves no tuple unless it is the freed page's
-//! predecessor; redo of such a block, when registered, changes nothing.
+//! both). A SQUEEZE_PAGE that moves no tuple still registers its write page;
+//! 18 skips it in redo unless it is the freed page's predecessor (15 sets
+//! only its LSN): the page comes out unchanged either way.
 //!
 //! Every hash page is in the main fork, except INIT_META_PAGE and
 //! INIT_BITMAP_PAGE, which build an unlogged index's init fork too.

@@ -4,36 +4,40 @@
 # kind PostgreSQL writes in ordinary use, on 15, 16, 17 and 18.
 #
 # For each major this initdb's a throw-away cluster under $WORK (default
-# /work/pg-hash) and runs the workload with wal_consistency_checking =
-# 'hash,brin' (set in the session), so each hash and BRIN record carries the
-# image of every page it changed, as it is after the record (the heap's
-# records carry none, which keeps the WAL small).
+# /work/pg-hash) and cuts two windows of WAL, one per workload, each run with
+# wal_consistency_checking set to its AM in the session, so each hash (BRIN)
+# record carries the image of every page it changed, as it is after the
+# record (the heap's records carry none, which keeps the WAL small).
 #
-# Hash (fill factor 10, so buckets split after ~40 tuples each): an index
-# built on an empty table (INIT_META_PAGE, INIT_BITMAP_PAGE); long chains of
-# one key (ADD_OVFL_PAGE; splits moving them give SPLIT_PAGE); distinct keys
-# (SPLIT_ALLOCATE_PAGE, SPLIT_COMPLETE); a key whose tuples are deleted and
-# marked dead by an index scan, then inserted again into the full page
-# (VACUUM_ONE_PAGE); deletes shaped so that VACUUM moves tuples between
-# overflow pages and frees them (DELETE, MOVE_PAGE_CONTENTS, SQUEEZE_PAGE,
-# SPLIT_CLEANUP, UPDATE_META_PAGE), and more duplicates after it (reused
-# overflow pages).
+# pgNN-hashgen (fill factor 10, so a bucket splits at ~40 tuples; the index
+# is built over a table of one vacuumed row, so it starts with 2 buckets):
+# the build (INIT_META_PAGE, INIT_BITMAP_PAGE); chains of one key
+# (INSERT, ADD_OVFL_PAGE; splits: SPLIT_ALLOCATE_PAGE, SPLIT_PAGE,
+# SPLIT_COMPLETE); a key whose tuples are deleted and marked dead by index
+# scans, then inserted again into its full page (VACUUM_ONE_PAGE); deletes
+# shaped so that VACUUM moves tuples between a chain's pages and frees
+# overflow pages (DELETE, SPLIT_CLEANUP, MOVE_PAGE_CONTENTS, SQUEEZE_PAGE
+# with and without the write page as the freed page's predecessor,
+# UPDATE_META_PAGE); more duplicates after it (ADD_OVFL_PAGE reusing a
+# freed page through the bitmap).
 #
-# BRIN (pages_per_range 1 on a table of one row per heap page, fill factor
-# 10): a build over more ranges than one revmap page maps (CREATE_INDEX,
-# INSERT, REVMAP_EXTEND, and UPDATE when the revmap takes over a regular
-# page); inserts widening summaries (SAMEPAGE_UPDATE) and a text minmax
-# index whose summaries outgrow their page (UPDATE); summarization of new
-# ranges (brin_summarize_new_values, VACUUM) and brin_desummarize_range
-# (DESUMMARIZE).
+# pgNN-bringen: tb_b (pages_per_range 1, one row per heap page) built over
+# 30 pages (CREATE_INDEX, REVMAP_EXTEND, INSERT+INIT, INSERT), the table
+# grown to 1500 pages, summaries widened (SAMEPAGE_UPDATE), then range 1450
+# summarized: its revmap page takes over regular page 2, whose tuples move
+# (UPDATE+INIT, UPDATE, REVMAP_EXTEND); brin_summarize_range and
+# brin_desummarize_range (DESUMMARIZE). tc_s, a text minmax index whose
+# summaries outgrow their page when longer values arrive (UPDATE), with
+# brin_summarize_new_values and VACUUM summarizing new ranges.
 #
-# The window runs from the first record of the workload (the page boundary
+# Each window runs from the first record of its workload (the page boundary
 # before it when it is its page's first record) to the end of the last; the
 # .tsv lists its records as pg_walinspect (15, 17, 18) or pg_waldump (16,
 # whose build has no pg_walinspect) report them, in the format of
 # make_fixtures.sh ("-" where pg_waldump does not say).
 #
-# Run as root (the servers run as the postgres user); needs python3 and zstd.
+# MAJORS (default "15 16 17 18") picks the majors. Run as root (the servers
+# run as the postgres user); needs python3 and zstd.
 set -euo pipefail
 
 OUT=$(cd "$(dirname "$0")" && pwd)
