@@ -265,6 +265,15 @@ fn wrong_pages_blocks_and_forks_are_refused() {
     assert!(
         matches!(run(&mut other, &rec, v), Err(Fault::Page(m)) if m.contains("not a hash page"))
     );
+    // A bucket page locked only, by DELETE: unchanged, but a hash page.
+    let rec = record(0x90, 0, &[(0, 1, false), (1, 7, false)], &[], &[1, 0]);
+    assert!(
+        matches!(run(&mut other, &rec, v), Err(Fault::Page(m)) if m.contains("not a hash page"))
+    );
+    let mut bucket = bucket_page(3);
+    let before = bucket.clone();
+    run(&mut bucket, &rec, v).unwrap();
+    assert_eq!(bucket[8..], before[8..], "only pd_lsn changes");
     // A bitmap bit past the bitmap.
     let mut map = vec![0u8; BLCKSZ];
     init_bitmap(&mut map, 64).unwrap();

@@ -77,6 +77,12 @@ fn add_tuples(page: &mut [u8], ctx: &Ctx, ntups: usize) -> Result<(), Fault> {
     Ok(())
 }
 
+/// A primary bucket page the record registers only for its cleanup lock:
+/// it stays as it is, but it must be a hash page.
+fn locked_only(page: &[u8]) -> Result<(), Fault> {
+    Opaque::read(page).map(|_| ())
+}
+
 /// Delete the items the target block's data lists.
 fn delete_logged(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let offs = offsets(ctx, &ctx.rec.block_data)?;
@@ -88,7 +94,7 @@ fn delete_logged(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 pub(super) fn move_page_contents(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
     let ntups = page::u16_at(main_data(ctx, 3)?, 0)? as usize;
     match block {
-        0 => Ok(()),
+        0 => locked_only(page),
         1 => add_tuples(page, ctx, ntups),
         2 => delete_logged(page, ctx),
         _ => Err(unexpected_block(ctx, block)),
@@ -105,7 +111,7 @@ pub(super) fn squeeze_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), 
     let ntups = page::u16_at(data, 8)? as usize;
     let is_prev_same_wrt = data[11] != 0;
     match block {
-        0 => Ok(()),
+        0 => locked_only(page),
         1 => {
             if ntups > 0 {
                 add_tuples(page, ctx, ntups)?;
@@ -148,7 +154,7 @@ fn block_u32(ctx: &Ctx) -> Result<u32, Fault> {
 pub(super) fn delete(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
     let clear_dead_marking = main_data(ctx, 2)?[0] != 0;
     match block {
-        0 => Ok(()),
+        0 => locked_only(page),
         1 => {
             delete_logged(page, ctx)?;
             if clear_dead_marking {
