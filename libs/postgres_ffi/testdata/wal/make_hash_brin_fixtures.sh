@@ -11,7 +11,8 @@
 #
 # pgNN-hashgen (fill factor 10, so a bucket splits at ~40 tuples; the index
 # is built over a table of one vacuumed row, so it starts with 2 buckets):
-# the build (INIT_META_PAGE, INIT_BITMAP_PAGE); chains of one key
+# the build (INIT_META_PAGE, INIT_BITMAP_PAGE; an unlogged index's init
+# fork too); chains of one key
 # (INSERT, ADD_OVFL_PAGE; splits: SPLIT_ALLOCATE_PAGE, SPLIT_PAGE,
 # SPLIT_COMPLETE); a key whose tuples are deleted and marked dead by index
 # scans, then inserted again into its full page (VACUUM_ONE_PAGE); deletes
@@ -50,6 +51,8 @@ as_pg() { runuser -u postgres -- "$@"; }
 hash_sql() {
   cat <<'SQL'
 CREATE INDEX th_h ON th USING hash (k) WITH (fillfactor = 10);
+CREATE UNLOGGED TABLE tu (k int);
+CREATE INDEX tu_h ON tu USING hash (k);
 INSERT INTO th SELECT 1, g FROM generate_series(1, 1000) g;
 INSERT INTO th SELECT 3, g FROM generate_series(1, 500) g;
 INSERT INTO th SELECT g, g FROM generate_series(10, 200) g;
