@@ -48,7 +48,7 @@ CREATE TABLE ta (id int, a int[]) WITH (autovacuum_enabled = off);
 INSERT INTO ta SELECT g, CASE WHEN g % 2 = 0 THEN ARRAY[0, 1, g % 40 + 10, g % 500 + 100]
                              ELSE ARRAY[0, g % 40 + 10, g % 500 + 100] END
                          || CASE WHEN g <= 2620 THEN ARRAY[5] ELSE ARRAY[]::int[] END
-  FROM generate_series(1, 24000) g;
+  FROM generate_series(1, 31000) g;
 CREATE TABLE tt (id int, t text[]) WITH (autovacuum_enabled = off);
 CREATE TABLE tj (id int, j jsonb) WITH (autovacuum_enabled = off);
 CREATE TABLE ti (id int, a int[]) WITH (autovacuum_enabled = off);
@@ -64,10 +64,10 @@ SQL
 workload_sql() {
   cat <<'SQL'
 CREATE INDEX ta_gin ON ta USING gin (a) WITH (fastupdate = off);
-INSERT INTO ta SELECT g, ARRAY[0, 1, 5, g % 40 + 10] FROM generate_series(24001, 24150) g;
+INSERT INTO ta SELECT g, ARRAY[0, 1, 5, g % 40 + 10] FROM generate_series(31001, 31150) g;
 COMMIT PREPARED 'hold';
 VACUUM ta;
-INSERT INTO ta SELECT g, ARRAY[0, 1, 5, g % 7 + 9000] FROM generate_series(30001, 30080) g;
+INSERT INTO ta SELECT g, ARRAY[0, 1, 5, g % 7 + 9000] FROM generate_series(40001, 40080) g;
 CREATE INDEX tt_gin ON tt USING gin (t) WITH (fastupdate = off);
 INSERT INTO tt SELECT g, ARRAY[substr(s, g * 37 % 2400 + 1, 800)]
   FROM generate_series(1, 130) g, (SELECT string_agg(md5(i::text), '') s FROM generate_series(1, 100) i) k;
