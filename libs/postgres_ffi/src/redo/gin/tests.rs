@@ -206,7 +206,7 @@ fn has_line_pointers_of(page: &[u8]) -> bool {
 #[test]
 fn leaf_actions_only_at_the_end_drop_nothing_before_them() {
     let s0 = seg(&[(1, 1)]);
-    let mut page = data_leaf(&[s0.clone()]);
+    let mut page = data_leaf(std::slice::from_ref(&s0));
     run(&mut page, &leaf_insert(&actions(&[(1, 2, seg(&[(2, 1)]))]))).unwrap();
     assert_eq!(leaf_data(&page), [s0, seg(&[(2, 1)])].concat());
 }
