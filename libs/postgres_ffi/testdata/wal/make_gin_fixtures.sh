@@ -6,26 +6,29 @@
 # For each major (15-18; psql of 15 as the client) this initdb's a
 # throw-away cluster under $WORK (default /work/pg-gin), loads the tables
 # outside the window, and runs the workload with
-# wal_consistency_checking = 'gin' (so only GIN records carry check
-# images and the WAL stays small). The indexes are built inside the window,
-# so their pages (log_newpage_range images) are known to the oracle:
+# wal_consistency_checking = 'gin' and full_page_writes = off (so only GIN
+# records carry images and the WAL stays small). The indexes are built
+# inside the window, so their pages (log_newpage_range images) are known
+# to the oracle:
 # - ta_gin (int[], fastupdate off): key 0 in every row and key 1 in every
-#   other row make posting trees; inserts add to them (data leaf
-#   ADDITEMS/INSERT/REPLACE, leaf splits, data internal inserts); a
-#   range deleted before the window while a prepared transaction holds
-#   the xmin horizon is still indexed by the build, so the VACUUM after
-#   COMMIT PREPARED empties middle leaves (VACUUM_DATA_LEAF_PAGE,
-#   DELETE_PAGE) and entry leaves (VACUUM_PAGE) with no heap DELETE in the
+#   other row make posting trees at the build; key 5, in rows 1..2620,
+#   stays a posting list just under the size limit until the inserts turn
+#   it into a tree (CREATE_PTREE). The inserts add to the trees (data leaf
+#   ADDITEMS/INSERT/REPLACE, leaf splits, data internal inserts); a range
+#   deleted before the window while a prepared transaction holds the xmin
+#   horizon is still indexed by the build, so the VACUUM after COMMIT
+#   PREPARED empties middle leaves (VACUUM_DATA_LEAF_PAGE, DELETE_PAGE)
+#   and thins entry leaves (VACUUM_PAGE) with no heap DELETE in the
 #   window; inserts into the freed heap space add TIDs in the middle of
 #   the trees;
-# - tt_gin (text[] of 800-byte keys pglz cannot shrink, fastupdate off): entry leaf inserts,
-#   entry leaf and internal splits (root splits, child INCOMPLETE_SPLIT
-#   cleared), entry internal inserts;
+# - tt_gin (text[] of 800-byte keys pglz cannot shrink, fastupdate off):
+#   entry leaf inserts, entry leaf and internal splits (root splits, the
+#   child's INCOMPLETE_SPLIT cleared), entry internal inserts;
 # - tj_ops (jsonb_ops) and tj_path (jsonb_path_ops) with fastupdate on and
 #   gin_pending_list_limit = 64 kB: pending-list pages (INSERT_LISTPAGE,
 #   UPDATE_META_PAGE), flushes by the limit, gin_clean_pending_list and
-#   VACUUM (DELETE_LISTPAGE, CREATE_PTREE, entry and data inserts);
-# - ti_fast (int[], fastupdate on): a flush that creates posting trees.
+#   VACUUM (DELETE_LISTPAGE, entry inserts);
+# - ti_fast (int[], fastupdate on): a flush into an empty entry tree.
 # The window runs from the first record of the workload (the page boundary
 # before it when it is its page's first) to the end of the last, and is
 # stored as <name>-gingen.wal.zst next to <name>-gingen.tsv listing its
