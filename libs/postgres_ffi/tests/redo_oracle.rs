@@ -45,6 +45,7 @@ const STRICT_RMGRS: &[u8] = &[
     rmgr_id::GENERIC,
     rmgr_id::HASH,
     rmgr_id::BRIN,
+    rmgr_id::GIN,
 ];
 
 /// How many mismatches and errors to describe in full.

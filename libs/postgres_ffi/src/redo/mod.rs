@@ -175,7 +175,7 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// The rmgrs [`apply`] can redo, for every record kind that touches a page.
-pub const NATIVE_RMGRS: [u8; 7] = [
+pub const NATIVE_RMGRS: [u8; 8] = [
     rmgr_id::HEAP,
     rmgr_id::HEAP2,
     rmgr_id::BTREE,
@@ -183,6 +183,7 @@ pub const NATIVE_RMGRS: [u8; 7] = [
     rmgr_id::GENERIC,
     rmgr_id::HASH,
     rmgr_id::BRIN,
+    rmgr_id::GIN,
 ];
 
 /// Whether [`apply`] has redo for `rmid`'s page records.
