@@ -37,8 +37,15 @@ use utils::lsn::Lsn;
 /// Rmgrs whose redo must cover every record kind the fixtures hold: no
 /// `Fault::Unsupported` allowed. Once every branch is merged this lists
 /// all five native rmgrs.
-const STRICT_RMGRS: &[u8] =
-    &[rmgr_id::HEAP, rmgr_id::HEAP2, rmgr_id::BTREE, rmgr_id::SEQUENCE, rmgr_id::GENERIC];
+const STRICT_RMGRS: &[u8] = &[
+    rmgr_id::HEAP,
+    rmgr_id::HEAP2,
+    rmgr_id::BTREE,
+    rmgr_id::SEQUENCE,
+    rmgr_id::GENERIC,
+    rmgr_id::GIST,
+    rmgr_id::SPGIST,
+];
 
 /// How many mismatches and errors to describe in full.
 const DETAILS: usize = 20;

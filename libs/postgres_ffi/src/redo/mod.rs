@@ -175,8 +175,15 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// The rmgrs [`apply`] can redo, for every record kind that touches a page.
-pub const NATIVE_RMGRS: [u8; 5] =
-    [rmgr_id::HEAP, rmgr_id::HEAP2, rmgr_id::BTREE, rmgr_id::SEQUENCE, rmgr_id::GENERIC];
+pub const NATIVE_RMGRS: [u8; 7] = [
+    rmgr_id::HEAP,
+    rmgr_id::HEAP2,
+    rmgr_id::BTREE,
+    rmgr_id::SEQUENCE,
+    rmgr_id::GENERIC,
+    rmgr_id::GIST,
+    rmgr_id::SPGIST,
+];
 
 /// Whether [`apply`] has redo for `rmid`'s page records.
 pub fn has_native_redo(rmid: u8) -> bool {

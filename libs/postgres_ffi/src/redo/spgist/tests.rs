@@ -1,0 +1,1 @@
+//! SP-GiST redo unit tests.
