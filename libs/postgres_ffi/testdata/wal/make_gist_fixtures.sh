@@ -18,13 +18,16 @@
 #           deletes + VACUUM (vacuum's PAGE_UPDATE, PAGE_DELETE), a second
 #           VACUUM (deleted pages into the FSM) and inserts that take them
 #           back (PAGE_REUSE);
-#   spgist: quad-tree and k-d tree points, text (radix tree: prefixes that
-#           split, new branches: ADD_NODE, SPLIT_TUPLE), ranges, inserts
-#           (ADD_LEAF, MOVE_LEAFS, PICKSPLIT), deletes + VACUUM
-#           (VACUUM_LEAF, VACUUM_REDIRECT) and a root-only index
-#           (VACUUM_ROOT).
-# ASSIGN_LSN (wal_level = minimal only) and GiST's build-time records do
-# not appear: neither touches a page.
+#   spgist: quad-tree and k-d tree points, ranges, text (radix tree:
+#           prefixes that split: SPLIT_TUPLE; new branches: ADD_NODE, and
+#           inner tuples that outgrow their page and move; NULLs in the
+#           nulls tree), inserts (ADD_LEAF, MOVE_LEAFS, PICKSPLIT), deletes
+#           + VACUUM (VACUUM_LEAF, VACUUM_REDIRECT; VACUUM_ROOT on a
+#           root-only index and the nulls root) and inserts into chains
+#           vacuum emptied (a dead head replaced in place).
+# PAGE_REUSE appears but registers no page; ASSIGN_LSN (wal_level =
+# minimal only) does not appear and registers none either. Index builds
+# write no GiST or SP-GiST records (their pages are full-page images).
 #
 # A window runs from the first record of its workload (the page boundary
 # before it when it is its page's first) to the end of its last record.
@@ -122,26 +125,37 @@ CREATE INDEX skd_p ON skd USING spgist (p kd_point_ops);
 CREATE INDEX stx_t ON stx USING spgist (t);
 CREATE INDEX srg_r ON srg USING spgist (r);
 CREATE INDEX sroot_t ON sroot USING spgist (t);
-INSERT INTO spt SELECT g, point((g * 7919) % 1000, (g * 104729) % 997) FROM generate_series(1, 300) g;
+INSERT INTO spt SELECT g, point((g * 7919) % 1000, (g * 104729) % 997) FROM generate_series(1, 200) g;
 INSERT INTO spt SELECT 1000 + g, point(500 + (g % 10) * 0.01, 500) FROM generate_series(1, 100) g;
-INSERT INTO skd SELECT g, point((g * 7919) % 1000, (g * 104729) % 997) FROM generate_series(1, 300) g;
-INSERT INTO stx SELECT g, 'common/prefix/' || md5(g::text) FROM generate_series(1, 120) g;
-INSERT INTO stx SELECT 1000 + g, 'common/pre' || (g % 7) || '/' || md5(g::text) FROM generate_series(1, 80) g;
-INSERT INTO stx SELECT 2000 + g, 'com' || chr(65 + g % 26) || md5(g::text) FROM generate_series(1, 80) g;
+INSERT INTO skd SELECT g, point((g * 7919) % 1000, (g * 104729) % 997) FROM generate_series(1, 200) g;
+INSERT INTO stx SELECT g, 'common/prefix/' || md5(g::text) FROM generate_series(1, 100) g;
+INSERT INTO stx SELECT 1000 + g, 'common/pre' || (g % 7) || '/' || md5(g::text) FROM generate_series(1, 60) g;
+INSERT INTO stx SELECT 2000 + g, 'com' || chr(65 + g % 26) || md5(g::text) FROM generate_series(1, 60) g;
 INSERT INTO stx SELECT 3000 + g, repeat('long', 50) || g FROM generate_series(1, 60) g;
 INSERT INTO stx SELECT 4000 + g, 'c' || g FROM generate_series(1, 40) g;
-INSERT INTO srg SELECT g, int4range((g * 37) % 5000, (g * 37) % 5000 + 1 + g % 40) FROM generate_series(1, 300) g;
+INSERT INTO stx SELECT 9000 + g, NULL FROM generate_series(1, 20) g;
+-- Inner tuples that outgrow their page: ten first letters, each with a
+-- 300-byte common prefix (the inner tuple's prefix once its leaves split;
+-- the ten share a page) and one more distinct next character per round,
+-- so every round adds a node to each (ADD_NODE, moving a tuple whose page
+-- is full).
+INSERT INTO stx SELECT 7000 + r * 10 + p, repeat(chr(97 + p), 301) || chr(33 + r) || r
+  FROM generate_series(1, 63) r, generate_series(0, 9) p ORDER BY r, p;
+INSERT INTO srg SELECT g, int4range((g * 37) % 5000, (g * 37) % 5000 + 1 + g % 40) FROM generate_series(1, 200) g;
 INSERT INTO sroot SELECT g, 'r' || g FROM generate_series(1, 20) g;
-DELETE FROM spt WHERE id % 3 = 0;
+DELETE FROM spt WHERE id % 3 = 0 OR (p[0] > 800 AND p[1] > 800);
 DELETE FROM skd WHERE id % 2 = 0;
-DELETE FROM stx WHERE id % 4 = 0 OR id > 3000;
-DELETE FROM srg WHERE id < 150;
+DELETE FROM stx WHERE id % 4 = 0 OR id BETWEEN 3000 AND 4999 OR id > 9010;
+DELETE FROM srg WHERE id < 100;
 DELETE FROM sroot WHERE id % 2 = 0;
 VACUUM spt, skd, stx, srg, sroot;
 INSERT INTO srg VALUES (0, 'empty');
 VACUUM spt, skd, stx, srg, sroot;
-INSERT INTO spt SELECT 2000 + g, point((g * 31) % 1000, (g * 17) % 997) FROM generate_series(1, 100) g;
-INSERT INTO stx SELECT 5000 + g, 'common/prefix/' || md5((g + 7)::text) FROM generate_series(1, 50) g;
+-- Into chains vacuum emptied (their heads left DEAD): replaced in place.
+INSERT INTO spt SELECT 2000 + g, point(800 + (g * 31) % 200, 800 + (g * 17) % 197) FROM generate_series(1, 40) g;
+INSERT INTO stx SELECT 5000 + g, repeat('long', 50) || g FROM generate_series(1, 5) g;
+INSERT INTO stx SELECT 5100 + g, 'c' || g FROM generate_series(1, 5) g;
+INSERT INTO stx SELECT 5200 + g, 'common/prefix/' || md5((g + 7)::text) FROM generate_series(1, 40) g;
 SQL
 }
 
@@ -183,11 +197,7 @@ def rows():
 
 records = list(rows())
 first = lsn(records[0][0])
-# The insert position after the workload; right after a page header when
-# the last record ended at the page's start.
 end = lsn(end_text)
-if end % PAGE == header_size(end - end % PAGE):
-    end -= end % PAGE
 off = first % PAGE
 start = first - off if off == header_size(first - off) else first
 data = bytearray()
@@ -211,6 +221,27 @@ with open(out + ".tsv", "w") as f:
 PY
 }
 
+# record_end LSN: the insert position LSN as the end of the last record:
+# right after a page header it is the page's start (the last record ended
+# there).
+record_end() {
+  python3 - "$1" <<'PY'
+import sys
+hi, lo = sys.argv[1].split("/")
+v = (int(hi, 16) << 32) | int(lo, 16)
+off = v % 8192
+if off == (40 if v % (16 * 1024 * 1024) == off else 24):
+    v -= off
+print("%X/%X" % (v >> 32, v & 0xFFFFFFFF))
+PY
+}
+
+# segment LSN: the name of the WAL segment file (timeline 1) holding LSN.
+segment() {
+  python3 -c "import sys; hi, lo = sys.argv[1].split('/'); n = ((int(hi, 16) << 32) | int(lo, 16)) >> 24
+print('%08X%08X%08X' % (1, n >> 8, n & 0xFF))" "$1"
+}
+
 # window NAME AM SQLFUNC: run the workload with consistency checking of AM
 # and cut its window.
 window() {
@@ -219,6 +250,7 @@ window() {
   start=$("${psql[@]}" -c "SELECT pg_current_wal_insert_lsn()")
   { echo "SET wal_consistency_checking = '$am';"; $workload; } | "${psql[@]}" >/dev/null
   end=$("${psql[@]}" -c "SELECT pg_current_wal_insert_lsn()")
+  end=$(record_end "$end")
   # Flushes the WAL up to here (and later) to pg_wal, where cut reads it.
   "${psql[@]}" -c "CHECKPOINT" >/dev/null
   if [ "$walinspect" = 1 ]; then
@@ -228,7 +260,11 @@ window() {
         FROM pg_get_wal_records_info('$start', '$end')) TO STDOUT" >"$listing"
   else
     listing=$dir/$name.waldump
-    as_pg "$bin/pg_waldump" -p "$dir/data/pg_wal" -s "$start" -e "$end" >"$listing"
+    # Named by its first and last segments: pg_waldump reads the segment
+    # size from the first, not from some other file of the directory (a
+    # preallocated one is all zeros).
+    as_pg "$bin/pg_waldump" -s "$start" -e "$end" \
+      "$dir/data/pg_wal/$(segment "$start")" "$dir/data/pg_wal/$(segment "$end")" >"$listing"
   fi
   cut "$name" "$start" "$end" "$dir/data" "$listing" "$OUT"
 }
