@@ -64,15 +64,23 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         let name = record_name(info);
         return Err(Fault::Malformed(format!("GiST {name} on fork {}", ctx.tag.fork)));
     }
-    let block = ctx.rec.target;
-    match info {
-        XLOG_GIST_PAGE_UPDATE => update::page_update(page, ctx, block),
-        XLOG_GIST_DELETE => update::delete(page, ctx, block),
-        XLOG_GIST_PAGE_SPLIT => split::page_split(page, ctx, block),
-        XLOG_GIST_PAGE_DELETE => update::page_delete(page, ctx, block),
-        XLOG_GIST_PAGE_REUSE | XLOG_GIST_ASSIGN_LSN => Err(unexpected_block(ctx, block)),
-        _ => Err(Fault::Unsupported(format!("GiST record kind {info:#04x}"))),
+    type Redo = fn(&mut [u8], &Ctx, u8) -> Result<(), Fault>;
+    let redo: Redo = match info {
+        XLOG_GIST_PAGE_UPDATE => update::page_update,
+        XLOG_GIST_DELETE => update::delete,
+        XLOG_GIST_PAGE_SPLIT => split::page_split,
+        XLOG_GIST_PAGE_DELETE => update::page_delete,
+        XLOG_GIST_PAGE_REUSE | XLOG_GIST_ASSIGN_LSN => {
+            return Err(unexpected_block(ctx, ctx.rec.target))
+        }
+        _ => return Err(Fault::Unsupported(format!("GiST record kind {info:#04x}"))),
+    };
+    // A page the record does not rebuild must be a GiST page already (a
+    // split checks its own blocks: all but the left child are rebuilt).
+    if !ctx.rec.will_init() && info != XLOG_GIST_PAGE_SPLIT {
+        page::Opaque::read(page)?;
     }
+    redo(page, ctx, ctx.rec.target)
 }
 
 /// A block id the record kind does not register.

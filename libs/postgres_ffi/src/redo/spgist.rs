@@ -73,18 +73,23 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         let name = record_name(info);
         return Err(Fault::Malformed(format!("SP-GiST {name} on fork {}", ctx.tag.fork)));
     }
-    let block = ctx.rec.target;
-    match info {
-        XLOG_SPGIST_ADD_LEAF => leaf::add_leaf(page, ctx, block),
-        XLOG_SPGIST_MOVE_LEAFS => leaf::move_leafs(page, ctx, block),
-        XLOG_SPGIST_ADD_NODE => inner::add_node(page, ctx, block),
-        XLOG_SPGIST_SPLIT_TUPLE => inner::split_tuple(page, ctx, block),
-        XLOG_SPGIST_PICKSPLIT => inner::pick_split(page, ctx, block),
-        XLOG_SPGIST_VACUUM_LEAF => vacuum::vacuum_leaf(page, ctx, block),
-        XLOG_SPGIST_VACUUM_ROOT => vacuum::vacuum_root(page, ctx, block),
-        XLOG_SPGIST_VACUUM_REDIRECT => vacuum::vacuum_redirect(page, ctx, block),
-        _ => Err(Fault::Unsupported(format!("SP-GiST record kind {info:#04x}"))),
+    type Redo = fn(&mut [u8], &Ctx, u8) -> Result<(), Fault>;
+    let redo: Redo = match info {
+        XLOG_SPGIST_ADD_LEAF => leaf::add_leaf,
+        XLOG_SPGIST_MOVE_LEAFS => leaf::move_leafs,
+        XLOG_SPGIST_ADD_NODE => inner::add_node,
+        XLOG_SPGIST_SPLIT_TUPLE => inner::split_tuple,
+        XLOG_SPGIST_PICKSPLIT => inner::pick_split,
+        XLOG_SPGIST_VACUUM_LEAF => vacuum::vacuum_leaf,
+        XLOG_SPGIST_VACUUM_ROOT => vacuum::vacuum_root,
+        XLOG_SPGIST_VACUUM_REDIRECT => vacuum::vacuum_redirect,
+        _ => return Err(Fault::Unsupported(format!("SP-GiST record kind {info:#04x}"))),
+    };
+    // A page the record does not initialise must be an SP-GiST page already.
+    if !ctx.rec.will_init() {
+        page::Opaque::read(page)?;
     }
+    redo(page, ctx, ctx.rec.target)
 }
 
 /// A block id the record kind (or this record) does not register.
