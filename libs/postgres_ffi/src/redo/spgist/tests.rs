@@ -230,6 +230,22 @@ fn move_leafs_fills_dest_redirects_source_and_relinks_parent() {
     assert_eq!(items(&parent), vec![inner(&[(8, 3), (4, 1)])]);
 }
 
+#[test]
+fn move_leafs_replacing_a_dead_head_moves_only_the_new_tuple() {
+    let dead = dead_tuple(SPGIST_DEAD, 0, 0, 0).to_vec();
+    let new = leaf(0, 5);
+    let main =
+        [move_main(1, false, true, 1, 0, false), offs(&[2]), offs(&[3]), new.clone()].concat();
+    let blocks = [(0, 4, false), (1, 8, false), (2, 1, false)];
+    let mut dest = spg_page(SPGIST_LEAF, &[leaf(0, 1), leaf(0, 2)]);
+    run(&mut dest, &record(0x20, 1, &blocks, &main), V18).unwrap();
+    assert_eq!(items(&dest), vec![leaf(0, 1), leaf(0, 2), new]);
+    let mut src = spg_page(SPGIST_LEAF, &[leaf(0, 1), dead]);
+    run(&mut src, &record(0x20, 0, &blocks, &main), V18).unwrap();
+    let redirect = dead_tuple(SPGIST_REDIRECT, 8, 3, 900).to_vec();
+    assert_eq!((items(&src), counts(&src)), (vec![leaf(0, 1), redirect], (1, 0)));
+}
+
 /// `spgxlogAddNode` header.
 fn add_node_main(
     off: u16,
