@@ -44,8 +44,10 @@ const STRICT_RMGRS: &[u8] = &[
     rmgr_id::SEQUENCE,
     rmgr_id::GENERIC,
     rmgr_id::HASH,
-    rmgr_id::BRIN,
     rmgr_id::GIN,
+    rmgr_id::GIST,
+    rmgr_id::SPGIST,
+    rmgr_id::BRIN,
 ];
 
 /// How many mismatches and errors to describe in full.

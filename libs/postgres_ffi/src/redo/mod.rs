@@ -175,15 +175,17 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// The rmgrs [`apply`] can redo, for every record kind that touches a page.
-pub const NATIVE_RMGRS: [u8; 8] = [
+pub const NATIVE_RMGRS: [u8; 10] = [
     rmgr_id::HEAP,
     rmgr_id::HEAP2,
     rmgr_id::BTREE,
     rmgr_id::SEQUENCE,
     rmgr_id::GENERIC,
     rmgr_id::HASH,
-    rmgr_id::BRIN,
     rmgr_id::GIN,
+    rmgr_id::GIST,
+    rmgr_id::SPGIST,
+    rmgr_id::BRIN,
 ];
 
 /// Whether [`apply`] has redo for `rmid`'s page records.

@@ -157,7 +157,7 @@ fn gist_leaf() {
     let mut p = page(28, 8160, 8176);
     set_lp(&mut p, 1, 8160, 3, 16);
     p[8176..8184].fill(0x77); // nsn
-    put16(&mut p, 8176 + 12, 0x0011); // LEAF | HAS_GARBAGE
+    put16(&mut p, 8176 + 12, 0x0015); // LEAF | TUPLES_DELETED | HAS_GARBAGE
     mask_page(&mut p, rmgr_id::GIST, 0, V);
     let mut want = vec![0x55u8; BLCKSZ];
     masked_header(&mut want, 28, 8160, 8176);
