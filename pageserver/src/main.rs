@@ -38,6 +38,27 @@ use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 use pageserver::config::{LogFormat, PageServerConf};
 use pageserver::http::{self, HttpState};
 use pageserver::metrics;
+
+/// jemalloc: freed memory is reused across threads and given back to the
+/// system by its background threads within about a second (`MALLOC_CONF`),
+/// so RSS follows live memory. With glibc's malloc, importing a base backup
+/// of N bytes left the daemon at about N/2 of RSS until a restart (freed
+/// chunks kept by per-thread arenas; docs/benchmarks.md, "Memory").
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's `malloc_conf` (read at its initialisation; the crate's symbols
+/// carry the `_rjem_` prefix). `_RJEM_MALLOC_CONF` in the environment
+/// overrides it.
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: MallocConf =
+    MallocConf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000".as_ptr());
+
+/// A C string pointer jemalloc reads (`const char *malloc_conf`).
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+// SAFETY: it points at a static, immutable C string literal.
+unsafe impl Sync for MallocConf {}
 use pageserver::page_service;
 use pageserver::tenant::mgr::TenantManager;
 
