@@ -37,7 +37,6 @@ from fixtures.wal_compare import follow_primary
 
 pytestmark = pytest.mark.perf
 
-NON_NATIVE = "hash,gin,gist,spgist,brin"
 PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|starting up|terminating|57P0[1-3])"]
 # Records after the image, per table.
 PAGES = {"image": 0, "hot1": 1, "hot100": 100, "hot10000": 10_000}
@@ -66,7 +65,7 @@ def test_hot_page_reads(pageserver_factory, vanilla_pg, request, port_distributo
     assert pg_bin_dir(15) is not None, "PostgreSQL 15 is not installed"
     n = 200 if request.config.getoption("--perf-smoke") else 3000
     pg = vanilla_pg
-    pg.init({"max_replication_slots": "4", "wal_consistency_checking": f"'{NON_NATIVE}'"}, checksums=True).start()
+    pg.init({"max_replication_slots": "4"}, checksums=True).start()
     daemons = {}
     for name, overrides in CONFIGS.items():
         ps = pageserver_factory.create(name=name, overrides={"compaction_period": "0 s", **overrides}).start()

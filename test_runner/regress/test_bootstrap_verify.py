@@ -10,10 +10,7 @@ import pytest
 from fixtures.http import PageserverApiError
 from fixtures.tcp_proxy import TcpProxy
 
-PRIMARY_SETTINGS = {
-    "wal_consistency_checking": "'hash,gin,gist,spgist,brin'",
-    "max_replication_slots": "4",
-}
+PRIMARY_SETTINGS = {"max_replication_slots": "4"}
 # Only the table `marked` holds it: the proxy flips its first byte.
 MARKER = b"flip-me-in-transit-0123456789abcdef"
 

@@ -19,7 +19,7 @@ from fixtures import redo_workload
 from fixtures.pagestream import RelTag, parse_lsn
 from fixtures.vanilla_pg import pg_bin_dir
 from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary, follow_primary
-from test_native_redo import NON_NATIVE, make_primary, primaries  # noqa: F401 (a fixture)
+from test_native_redo import make_primary, primaries  # noqa: F401 (a fixture)
 from test_wal_ingest import PRIMARY_GONE, wait_for_lsn
 
 UPDATES = 20_000
@@ -55,7 +55,7 @@ def test_hot_page_chain_stays_bounded(pageserver_factory, primaries, test_output
     when the counts are full). Reads past the bound itself are printed: one
     in ~6,800 was seen (cause not found yet)."""
     assert pg_bin_dir(15) is not None, "PostgreSQL 15 is not installed"
-    pg = make_primary(15, test_output_dir, port_distributor.get(), {"wal_consistency_checking": f"'{NON_NATIVE}'"})
+    pg = make_primary(15, test_output_dir, port_distributor.get(), {})
     primaries.append(pg)
     ps = pageserver_factory.create().start()
     http, tenant, timeline = follow_primary(ps, pg, PRIMARY_GONE)

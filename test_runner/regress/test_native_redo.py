@@ -32,8 +32,6 @@ from fixtures.vanilla_pg import PG_BIN_DIRS, VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import checksum_valid, compare_slru_with_primary, compare_with_primary, follow_primary
 from test_wal_ingest import PRIMARY_GONE, WAL_COMPRESSION, wait_for_lsn
 
-# What native redo does not cover yet (part two of issue 28).
-NON_NATIVE = "hash,gin,gist,spgist,brin"
 WAL_SEG = 16 << 20
 
 
@@ -275,7 +273,8 @@ class Steps:
 def test_follow_default_wal_settings(pageserver, primaries, major, test_output_dir, port_distributor):
     ps = pageserver
     step = Steps(f"PostgreSQL {major}")
-    pg = make_primary(major, test_output_dir, port_distributor.get(), {"wal_consistency_checking": f"'{NON_NATIVE}'"})
+    pg = make_primary(major, test_output_dir, port_distributor.get(), {})
+    assert pg.psql("SHOW wal_consistency_checking") == ""
     primaries.append(pg)
     assert pg.psql("SHOW wal_compression") == "off" and pg.psql("SHOW full_page_writes") == "on"
     http, tenant, timeline = follow_primary(ps, pg, PRIMARY_GONE)
