@@ -328,3 +328,76 @@ fn strict_rmgrs_are_covered() {
         assert!(checked > 0, "no {} record checked", redo::rmgr_name(rmid));
     }
 }
+
+/// The flags of a hash or GiST page's special space (both 16 bytes, the
+/// flags at byte 12).
+fn special_flags(page: &[u8]) -> u16 {
+    u16::from_le_bytes([page[BLCKSZ - 4], page[BLCKSZ - 3]])
+}
+
+/// Blocks PostgreSQL changes after restoring their image
+/// (`redo::redo_after_image`), applied to the fixtures' images: a GiST left
+/// child loses `F_FOLLOW_RIGHT` (the primary cleared it after taking the
+/// image) and gets the record's LSN as NSN; a hash bucket gets the flags the
+/// record names. Nothing else on the page changes but `pd_lsn`.
+#[test]
+fn records_applied_after_their_image() {
+    const F_FOLLOW_RIGHT: u16 = 0x8;
+    let mut applied: BTreeMap<(u32, &str), usize> = BTreeMap::new();
+    let mut gist_follow_right_in_image = 0;
+    for f in fixtures() {
+        for rec in decode_all(&f) {
+            for (i, b) in rec.blocks.iter().enumerate() {
+                let Some(image) = &b.image else { continue };
+                if !redo::redo_after_image(rec.rmid, rec.info, b.id) {
+                    continue;
+                }
+                let before = image.restore().unwrap().to_vec();
+                let mut page = before.clone();
+                let r = RedoRecord::from_decoded(&rec, i);
+                redo::apply(&mut page, b.tag, rec.end_lsn, &r, f.version)
+                    .unwrap_or_else(|e| panic!("{}: {e}", f.name));
+                let special = BLCKSZ - 16;
+                assert_eq!(
+                    page[8..special],
+                    before[8..special],
+                    "{}: {e} beyond the special space",
+                    f.name,
+                    e = rec.end_lsn
+                );
+                let flags = special_flags(&page);
+                let kind = if rec.rmid == rmgr_id::GIST {
+                    gist_follow_right_in_image +=
+                        usize::from(special_flags(&before) & F_FOLLOW_RIGHT != 0);
+                    assert_eq!(flags & F_FOLLOW_RIGHT, 0, "{}: {}", f.name, rec.end_lsn);
+                    // A PageXLogRecPtr: the high half, then the low half.
+                    let half = |at: usize| u32::from_le_bytes(page[at..at + 4].try_into().unwrap());
+                    let nsn = (u64::from(half(special)) << 32) | u64::from(half(special + 4));
+                    assert_eq!(Lsn(nsn), rec.end_lsn, "{}: the NSN", f.name);
+                    "Gist"
+                } else {
+                    // SPLIT_ALLOCATE_PAGE: new bucket u32, then the old
+                    // bucket's flag; SPLIT_COMPLETE: old flag, new flag.
+                    let at = if rec.info & 0xF0 == 0x40 { 4 } else { 2 * b.id as usize };
+                    let want = u16::from_le_bytes([rec.main_data[at], rec.main_data[at + 1]]);
+                    assert_eq!(flags, want, "{}: {} block {}", f.name, rec.end_lsn, b.id);
+                    "Hash"
+                };
+                *applied.entry((f.version.number(), kind)).or_default() += 1;
+            }
+        }
+    }
+    println!("applied after their image: {applied:?}; GiST images with F_FOLLOW_RIGHT set: {gist_follow_right_in_image}");
+    for major in 15..=18 {
+        for kind in ["Gist", "Hash"] {
+            assert!(
+                applied.get(&(major, kind)).is_some_and(|n| *n > 0),
+                "no {kind} block of PG{major}"
+            );
+        }
+    }
+    assert!(
+        gist_follow_right_in_image > 0,
+        "the fixtures show the primary's image with F_FOLLOW_RIGHT set"
+    );
+}

@@ -32,14 +32,14 @@ use bytes::Bytes;
 use pageserver_api::key::Key;
 use pageserver_api::reltag::RelTag;
 use postgres_ffi::controlfile::ControlFileData;
-use postgres_ffi::redo::RedoRecord;
+use postgres_ffi::redo::{self, RedoRecord};
 use postgres_ffi::wal::{BlockTag, DecodedWalRecord};
 use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;
 
 use crate::pgdatadir_mapping::{get_one, DatadirModification};
 use crate::tenant::value::{Record, Value};
-use crate::tenant::wal_image::WalImage;
+use crate::tenant::wal_image::{stamp_page, WalImage};
 use crate::tenant::{ReadKind, Timeline};
 
 /// What the receiver should know about an ingested record.
@@ -110,6 +110,9 @@ impl WalIngest {
             let rel = rel_of(&blk.tag);
             let blkno = blk.tag.blkno;
             let value = match &blk.image {
+                Some(img) if redo::redo_after_image(rec.rmid, rec.info, blk.id) => {
+                    self.image_then_redo(rec, i)?
+                }
                 Some(img) => Value::WalImage(WalImage::from_block(img, self.data_checksums)),
                 None => {
                     // A page the relation has not got yet is redone from zeros.
@@ -129,6 +132,24 @@ impl WalIngest {
                 .with_context(|| format!("block {blkno} of {rel} in the record at {}", rec.lsn))?;
         }
         Ok(())
+    }
+
+    /// Block `i` of `rec` carries an image, and PostgreSQL's redo changes
+    /// it after restoring it (`redo::redo_after_image`): the page stored is
+    /// the image with the record applied, its LSN and checksum set.
+    fn image_then_redo(&self, rec: &DecodedWalRecord, i: usize) -> anyhow::Result<Value> {
+        let blk = &rec.blocks[i];
+        let image = blk.image.as_ref().expect("a block with an image");
+        let mut page = image
+            .restore()
+            .map_err(|e| {
+                anyhow::anyhow!("the image of block {} in the record at {}: {e}", blk.id, rec.lsn)
+            })?
+            .to_vec();
+        let redo_rec = RedoRecord::from_decoded(rec, i);
+        redo::apply(&mut page, blk.tag, rec.end_lsn, &redo_rec, self.version)?;
+        let page = stamp_page(Bytes::from(page), blk.tag.blkno, rec.end_lsn, self.data_checksums);
+        Ok(Value::Image(page))
     }
 }
 

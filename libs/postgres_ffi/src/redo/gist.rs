@@ -58,6 +58,15 @@ fn record_name(info: u8) -> &'static str {
 }
 
 /// Redo of block `ctx.rec.target` of a GiST record on `page`.
+/// See [`super::redo_after_image`]: the left child of an update or split.
+pub(crate) fn redo_after_image(info: u8, block_id: u8) -> bool {
+    match info & 0xF0 {
+        XLOG_GIST_PAGE_UPDATE => block_id == 1,
+        XLOG_GIST_PAGE_SPLIT => block_id == 0,
+        _ => false,
+    }
+}
+
 pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let info = ctx.rec.rmgr_info();
     if ctx.tag.fork != MAIN_FORKNUM {

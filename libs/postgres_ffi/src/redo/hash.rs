@@ -61,6 +61,15 @@ const MAIN_FORKNUM: u8 = 0;
 const INIT_FORKNUM: u8 = 3;
 
 /// Redo of block `ctx.rec.target` of a hash record on `page`.
+/// See [`super::redo_after_image`]: the bucket flags of a split.
+pub(crate) fn redo_after_image(info: u8, block_id: u8) -> bool {
+    match info & 0xF0 {
+        XLOG_HASH_SPLIT_ALLOCATE_PAGE => block_id == 0,
+        XLOG_HASH_SPLIT_COMPLETE => block_id <= 1,
+        _ => false,
+    }
+}
+
 pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let info = ctx.rec.rmgr_info();
     let init = matches!(info, XLOG_HASH_INIT_META_PAGE | XLOG_HASH_INIT_BITMAP_PAGE);

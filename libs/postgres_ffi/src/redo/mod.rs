@@ -188,6 +188,21 @@ pub const NATIVE_RMGRS: [u8; 10] = [
     rmgr_id::BRIN,
 ];
 
+/// Whether PostgreSQL's redo changes block `block_id` of this record even
+/// when the record carries the block's image: it restores the image, then
+/// applies the change, because the primary made that change after taking
+/// the image. Hash SPLIT_ALLOCATE_PAGE block 0 and SPLIT_COMPLETE blocks 0
+/// and 1 (the bucket flags), GiST PAGE_UPDATE block 1 and PAGE_SPLIT block
+/// 0 (the left child's `F_FOLLOW_RIGHT` and NSN). For these, [`apply`] runs
+/// on the restored image too.
+pub fn redo_after_image(rmid: u8, info: u8, block_id: u8) -> bool {
+    match rmid {
+        rmgr_id::HASH => hash::redo_after_image(info, block_id),
+        rmgr_id::GIST => gist::redo_after_image(info, block_id),
+        _ => false,
+    }
+}
+
 /// Whether [`apply`] has redo for `rmid`'s page records.
 pub fn has_native_redo(rmid: u8) -> bool {
     NATIVE_RMGRS.contains(&rmid)
