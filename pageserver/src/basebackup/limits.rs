@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use utils::id::TenantId;
 
 use super::BackupError;
+use crate::metrics::page_service as metrics;
 use crate::tenant::Globals;
 
 /// The configured limits (> 0).
@@ -55,6 +56,7 @@ pub fn acquire(
 ) -> Result<BackupSlot, BackupError> {
     let mut r = globals.backups.running.lock().unwrap();
     if r.total >= limits.total {
+        metrics::BACKUPS_REFUSED.with_label_values(&["total"]).inc();
         return Err(BackupError::TooMany(format!(
             "{} backups are being generated, the most this pageserver runs at once \
              (max_concurrent_backups); retry later",
@@ -63,6 +65,7 @@ pub fn acquire(
     }
     let mine = r.per_tenant.get(&tenant).copied().unwrap_or(0);
     if mine >= limits.per_tenant {
+        metrics::BACKUPS_REFUSED.with_label_values(&["per_tenant"]).inc();
         return Err(BackupError::TooMany(format!(
             "{mine} backups of tenant {tenant} are being generated, the most per tenant \
              (max_concurrent_backups_per_tenant); retry later"
@@ -70,6 +73,7 @@ pub fn acquire(
     }
     r.total += 1;
     *r.per_tenant.entry(tenant).or_default() += 1;
+    metrics::BACKUPS_RUNNING.inc();
     Ok(BackupSlot { globals: globals.clone(), tenant })
 }
 
@@ -77,6 +81,7 @@ impl Drop for BackupSlot {
     fn drop(&mut self) {
         let mut r = self.globals.backups.running.lock().unwrap();
         r.total -= 1;
+        metrics::BACKUPS_RUNNING.dec();
         let mine = r.per_tenant.get_mut(&self.tenant).expect("a slot counted for its tenant");
         *mine -= 1;
         if *mine == 0 {

@@ -282,6 +282,8 @@ fn sample_config_file_is_exactly_the_defaults() {
             "listen_pg_addr",
             "log_format",
             "lsn_lease_length",
+            "max_concurrent_backups",
+            "max_concurrent_backups_per_tenant",
             "max_get_vectored_keys",
             "max_record_chain",
             "page_service_pipelining",

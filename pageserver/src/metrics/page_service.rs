@@ -13,6 +13,8 @@
 //! | `pageserver_live_connections` | gauge | `pageserver_connection_kind` | open libpq connections (`page_service`) |
 //! | `pageserver_page_service_refused_connections_total` | counter | | connections refused at `page_service_max_connections` (SQLSTATE 53300) |
 //! | `pageserver_page_service_auth_timeouts_total` | counter | | connections closed for not authenticating within `authentication_timeout` |
+//! | `pageserver_backups_running` | gauge | | basebackups and fullbackups being generated (libpq and HTTP) |
+//! | `pageserver_backups_refused_total` | counter | `limit` | backups refused at `max_concurrent_backups` (`total`) or `max_concurrent_backups_per_tenant` (`per_tenant`) |
 //!
 //! Hot-path handles are resolved once (`LazyLock` of label-resolved metrics),
 //! so recording is a few atomic operations with no lookup or allocation.
@@ -235,9 +237,35 @@ pub fn set_config(conf: &PageServicePipeliningConfig) {
 
 /// Force registration of every page service metric (and its known label
 /// values) so `/metrics` lists them from the first scrape.
+/// Backups being generated (`basebackup/limits.rs`).
+pub static BACKUPS_RUNNING: LazyLock<IntGauge> = LazyLock::new(|| {
+    prometheus::register_int_gauge!(
+        "pageserver_backups_running",
+        "Basebackups and fullbackups being generated (libpq and HTTP)"
+    )
+    .expect("register metric")
+});
+
+/// Backups refused at a limit: `total` or `per_tenant`.
+pub static BACKUPS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    let c = register_int_counter_vec!(
+        "pageserver_backups_refused_total",
+        "Backups refused at max_concurrent_backups (total) or \
+         max_concurrent_backups_per_tenant (per_tenant)",
+        &["limit"]
+    )
+    .expect("register metric");
+    for limit in ["total", "per_tenant"] {
+        c.with_label_values(&[limit]);
+    }
+    c
+});
+
 pub fn register() {
     LazyLock::force(&METRICS);
     LazyLock::force(&CONFIG_MAX_BATCH_SIZE_VEC);
+    LazyLock::force(&BACKUPS_RUNNING);
+    LazyLock::force(&BACKUPS_REFUSED);
 }
 
 #[cfg(test)]
