@@ -34,6 +34,25 @@ def pytest_addoption(parser):
     parser.addoption(
         "--perf-assert-targets", action="store_true", help="fail performance tests that miss the targets of docs/benchmarks.md"
     )
+    parser.addoption(
+        "--majors",
+        default="15,16,17,18",
+        help="PostgreSQL majors of the tests parametrized by major (ids pg15..pg18) to run; "
+        "the others are deselected (run-tests.sh runs the second engine pass on one major)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """`--majors`: deselect the parametrizations of other majors."""
+    wanted = {f"pg{m.strip()}" for m in config.getoption("--majors").split(",") if m.strip()}
+    keep, drop = [], []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        majors = set(re.findall(r"\bpg1[5-8]\b", spec.id)) if spec is not None else set()
+        (drop if majors and not majors & wanted else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_configure(config):
