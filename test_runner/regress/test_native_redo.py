@@ -207,6 +207,25 @@ def count_through_indexes(pg: VanillaPostgres) -> int:
     return checked
 
 
+def gin_index_check(pg: VanillaPostgres) -> int | None:
+    """amcheck's gin_index_check (18+) on every GIN index of every database;
+    the number checked, or None where amcheck has no such function."""
+    checked = 0
+    for db in pg.psql("SELECT datname FROM pg_database WHERE datallowconn").splitlines():
+        with redo_workload.connect(pg, db) as c:
+            c.execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+            if not c.execute("SELECT count(*) FROM pg_proc WHERE proname = 'gin_index_check'").fetchone()[0]:
+                return None
+            rows = c.execute(
+                "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_am a ON a.oid = c.relam "
+                "WHERE a.amname = 'gin' AND c.relpersistence = 'p' AND c.relkind = 'i'"
+            ).fetchall()
+            for (index,) in rows:
+                c.execute("SELECT gin_index_check(%s::regclass)", (index,))
+                checked += 1
+    return checked
+
+
 def verify_fullbackup(ps, tenant, timeline, lsn: int, major: int, expected: dict, out: Path, port: int) -> str:
     """A fullbackup at `lsn`: offline pg_checksums, then started: the
     primary's rows, pg_amcheck --heapallindexed (or index counts), every
@@ -233,6 +252,9 @@ def verify_fullbackup(ps, tenant, timeline, lsn: int, major: int, expected: dict
             res = run_as_postgres(pg, amcheck, "--all", "--install-missing", "--heapallindexed")
             assert res.returncode == 0, f"{amcheck} at {fmt_lsn(lsn)}:\n{res.stdout}\n{res.stderr}"
             done.append(f"{amcheck} --heapallindexed")
+            n = gin_index_check(pg)
+            if n is not None:
+                done.append(f"gin_index_check on {n} GIN indexes")
         else:
             # No amcheck extension (16): every btree index of a user table
             # read in full must count the rows a sequential scan counts.
