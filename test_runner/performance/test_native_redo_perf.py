@@ -17,9 +17,17 @@ when the page is read, so ingest stores records, not pages.
   with and without `wal_compression = zstd`, alternating in one run (no
   daemon involved).
 
+The catch-up and the primary's cost also run on an index workload (issue
+29, item 4: `gin_gist`): pgbench's TPC-B-like script and, with equal
+weight, an UPDATE of a table with a jsonb GIN index and an int4range GiST
+index (INDEX_SCRIPT), default GIN settings (fastupdate on: pending-list
+inserts and flushes). Its cost compares default settings with
+`wal_consistency_checking = 'hash,gin,gist,spgist,brin'`, what a primary
+had to set before native redo of those AMs.
+
 The catch-up and the primary's cost take minutes: with `--perf-smoke` (CI)
-they are skipped, and the lag test runs 5 s of pgbench asserting lag
-p99 < 1 s.
+they are skipped (the index catch-up runs tiny: scale 1, 8 MiB, no
+target), and the lag test runs 5 s of pgbench asserting lag p99 < 1 s.
 """
 
 from __future__ import annotations
@@ -59,6 +67,47 @@ RESULTS = "native_redo"
 PERF_DATA = os.environ.get("NATIVE_REDO_PERF_DATA")
 
 
+# -- the index workload (issue 29) ----------------------------------------------------
+
+# Rows of the indexed table per pgbench scale unit (scale 50: 1 M rows).
+INDEX_ROWS_PER_SCALE = 20_000
+INDEX_SETUP = """
+CREATE TABLE docs (id int PRIMARY KEY, body jsonb NOT NULL, span int4range NOT NULL);
+INSERT INTO docs
+  SELECT i,
+         jsonb_build_object('tags', jsonb_build_array('t' || i % 97, 't' || i % 1009),
+                            'n', i, 'status', (ARRAY['new', 'open', 'done'])[1 + i % 3]),
+         int4range(i * 10, i * 10 + 1 + i % 50)
+  FROM generate_series(1, {rows}) i;
+CREATE INDEX docs_body ON docs USING gin (body);
+CREATE INDEX docs_span ON docs USING gist (span);
+"""
+# A non-HOT update (indexed columns change): a heap update, a btree insert,
+# GIN entries (6 keys and values, into the pending list) and a GiST insert.
+INDEX_SCRIPT = """\\set id random(1, {rows})
+\\set t random(1, 1000000)
+\\set lo random(1, 100000000)
+\\set len random(1, 1000)
+UPDATE docs SET body = jsonb_build_object('tags', jsonb_build_array('t' || :t % 97, 't' || :t % 1009), 'n', :t, 'status', 'open'), span = int4range(:lo, :lo + :len) WHERE id = :id;
+"""
+WORKLOADS = ["pgbench", "gin_gist"]
+
+
+def workload_init(pg, workload: str, scale: int) -> list[str]:
+    """`pgbench -i -s scale`, and for `gin_gist` the indexed table of
+    INDEX_ROWS_PER_SCALE * scale rows; returns pgbench's script options."""
+    pg.pgbench_init(scale)
+    if workload == "pgbench":
+        return []
+    rows = INDEX_ROWS_PER_SCALE * scale
+    pg.psql(INDEX_SETUP.format(rows=rows))
+    pg.psql("VACUUM ANALYZE docs")  # not in a multi-statement string
+    script = pg.root / "gin_gist.sql"
+    script.write_text(INDEX_SCRIPT.format(rows=rows))
+    script.chmod(0o644)
+    return ["-b", "tpcb-like@1", "-f", f"{script}@1"]
+
+
 def follow_caught_up(ps, pg) -> tuple:
     """A timeline following `pg`, caught up with it."""
     http, tenant, tl = follow_primary(ps, pg, [r"replication failed"])
@@ -69,7 +118,8 @@ def follow_caught_up(ps, pg) -> tuple:
 # -- (c) catch-up ---------------------------------------------------------------------
 
 
-def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request):
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request, workload):
     """pgbench scale CATCH_UP_SCALE (50: a 750 MiB database, so that
     pgbench writes ~10-20 MiB/s of WAL with its full-page images after each
     checkpoint, like a production primary's working set larger than a
@@ -78,14 +128,18 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
     other: pg_receivewal from the copy, and the restarted daemon until
     `last_record_lsn` reaches the end (start-up included). CPU time of
     each (the daemon's from /proc, pg_receivewal's from rusage; the
-    walsender's is in neither) tells a slow run from a starved one."""
-    if request.config.getoption("--perf-smoke"):
+    walsender's is in neither) tells a slow run from a starved one.
+    `gin_gist`: the index workload beside pgbench (tiny under
+    --perf-smoke: scale 1, 8 MiB, 1 s runs)."""
+    smoke = request.config.getoption("--perf-smoke")
+    if smoke and workload == "pgbench":
         pytest.skip("writes >= 1 GiB of WAL: minutes")
-    scale = int(os.environ.get("CATCH_UP_SCALE", "50"))
-    target = int(os.environ.get("CATCH_UP_MIB", "1024")) * 2**20
+    scale = 1 if smoke else int(os.environ.get("CATCH_UP_SCALE", "50"))
+    target = (8 if smoke else int(os.environ.get("CATCH_UP_MIB", "1024"))) * 2**20
+    run_s = 1 if smoke else 10
     pg = vanilla_pg.init(ORDINARY_WAL, checksums=True).start()
     ps = pageserver
-    pg.pgbench_init(scale)
+    scripts = workload_init(pg, workload, scale)
     http, tenant, tl = follow_caught_up(ps, pg)
     slot = http.timeline_get(tenant, tl)["wal_source"]["slot"]
     ps.stop()
@@ -93,7 +147,7 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
     start_lsn = pg.psql("SELECT restart_lsn FROM pg_replication_slots WHERE slot_name = 'bench_receivewal'")
     tx = 0
     while current_lsn(pg) - parse_lsn(start_lsn) < target:
-        tx += pgbench(pg, 10).transactions
+        tx += pgbench(pg, run_s, scripts=scripts).transactions
     end_lsn = pg.psql("SELECT pg_current_wal_insert_lsn()")
     pg.psql("SELECT pg_logical_emit_message(true, 'end', 'x')")  # a record past the end, for pg_receivewal
 
@@ -121,6 +175,8 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
     info = http.timeline_get(tenant, tl)
     result = {
         "test": "catch_up",
+        "workload": workload,
+        "smoke": smoke,
         "scale": scale,
         "pgbench_transactions": tx,
         "wal_mib": round(floor_mib, 1),
@@ -142,8 +198,10 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request)
         "pageserver_records_s": round(ingested / ours_s),
         "pageserver_records": int(ingested),
         "layer_bytes": info["l0_bytes"] + info["in_memory_bytes"],
+        # rmgr -> (records, record bytes, image bytes) over the range
+        "rmgrs": {k: v for k, v in stats.rmgrs.items() if v[0] > 0},
     }
-    record(request, RESULTS, "Catch-up of ordinary pgbench WAL beside pg_receivewal", result)
+    record(request, RESULTS, f"Catch-up of ordinary WAL ({workload}) beside pg_receivewal", result)
     pg.psql("SELECT pg_drop_replication_slot('bench_receivewal')")
 
 
@@ -260,7 +318,13 @@ COST_CONFIGS = {
 }
 
 
-def test_primary_wal_cost(vanilla_pg, request):
+# The index workload: default settings against what a primary had to set
+# before native redo of the five AMs.
+INDEX_COST_CONFIGS = {k: COST_CONFIGS[k] for k in ["default", "hash,gin,gist,spgist,brin"]}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_primary_wal_cost(vanilla_pg, request, workload):
     """pgbench scale 10 on one primary (checksums on), the configurations
     alternating in COST_ROUNDS rounds of COST_SECONDS each, switched with
     ALTER SYSTEM and a reload. Steady state: checkpoints are held off for
@@ -268,25 +332,27 @@ def test_primary_wal_cost(vanilla_pg, request):
     and a warm-up (10 s runs until fewer than 1 full-page image per 100
     transactions), so that a checkpoint's full-page images land in no
     configuration's segment; pg_stat_wal's wal_fpi per transaction shows
-    what is left. WAL bytes are LSN differences (page headers included)."""
+    what is left. WAL bytes are LSN differences (page headers included).
+    `gin_gist`: the index workload beside pgbench (INDEX_COST_CONFIGS)."""
     if request.config.getoption("--perf-smoke"):
         pytest.skip("minutes of pgbench; measures PostgreSQL, asserts nothing of the daemon")
     rounds = int(os.environ.get("COST_ROUNDS", "3"))
     seconds = int(os.environ.get("COST_SECONDS", "20"))
     pg = vanilla_pg.init({"checkpoint_timeout": "'1h'", "max_wal_size": "'64GB'"}, checksums=True).start()
-    pg.pgbench_init(10)
+    configs = COST_CONFIGS if workload == "pgbench" else INDEX_COST_CONFIGS
+    scripts = workload_init(pg, workload, 10)
     pg.psql("CHECKPOINT")
     warm_up = []
     while not warm_up or warm_up[-1]["fpi"] > 0.01 * warm_up[-1]["tx"]:
         assert len(warm_up) < 30, f"still writing full-page images after {len(warm_up)} warm-up runs: {warm_up[-1]}"
-        warm_up.append(pgbench_segment(pg, 10, "warm-up"))
+        warm_up.append(pgbench_segment(pg, 10, "warm-up", scripts))
     segments = []
     for _ in range(rounds):
-        for name, settings in COST_CONFIGS.items():
+        for name, settings in configs.items():
             configure(pg, settings)
-            segments.append(pgbench_segment(pg, seconds, name))
+            segments.append(pgbench_segment(pg, seconds, name, scripts))
     rows = {}
-    for name in COST_CONFIGS:
+    for name in configs:
         mine = [s for s in segments if s["config"] == name]
         rows[name] = {
             "wal_bytes_per_tx": round(median([s["wal_bytes"] / s["tx"] for s in mine])),
@@ -299,20 +365,21 @@ def test_primary_wal_cost(vanilla_pg, request):
         r["tps_x_default"] = round(r["tps"] / base["tps"], 2)
     result = {
         "test": "primary_wal_cost",
+        "workload": workload,
         "warm_up_s": 10 * len(warm_up),
         "rounds": rounds,
         "seconds": seconds,
         "configs": rows,
         "segments": segments,
     }
-    record(request, RESULTS, "The primary's WAL per pgbench transaction and tps", result)
+    record(request, RESULTS, f"The primary's WAL per transaction and tps ({workload})", result)
 
 
-def pgbench_segment(pg, seconds: int, name: str) -> dict:
+def pgbench_segment(pg, seconds: int, name: str, scripts: list[str]) -> dict:
     """One pgbench run: tps, transactions, WAL bytes, full-page images."""
     pg.psql("SELECT pg_stat_reset_shared('wal')")
     start = current_lsn(pg)
-    run = pgbench(pg, seconds)
+    run = pgbench(pg, seconds, scripts=scripts)
     wal = current_lsn(pg) - start
     time.sleep(0.5)  # pgbench's backends report their WAL statistics as they exit
     fpi = int(pg.psql("SELECT wal_fpi FROM pg_stat_wal"))
