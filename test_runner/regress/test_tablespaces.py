@@ -8,11 +8,13 @@ primary's pg_control)."""
 
 from __future__ import annotations
 
+import os
 import tarfile
 
 import pytest
 
 from fixtures.backup import fetch_backup, restore, table_checksums
+from fixtures.http import PageserverApiError
 from fixtures.pagestream import parse_lsn
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import compare_with_primary, follow_primary
@@ -116,3 +118,24 @@ def test_tablespaces_followed_and_restored(pageserver, primary, test_output_dir,
     finally:
         restored.stop(mode="immediate")
         restored.remove()
+
+
+def test_import_refuses_tablespace_symlink(pageserver, small_backup):
+    """A tar whose `pg_tblspc/<oid>` is a symlink (pg_basebackup -Ft) lacks
+    that tablespace's files: refused naming it, instead of a timeline that
+    silently lacks those relations."""
+    http = pageserver.http_client()
+    tenant = http.tenant_create()
+    linked = pageserver.workdir.parent / "linked.tar"
+    with tarfile.open(small_backup.path) as src, tarfile.open(linked, "w") as dst:
+        for m in src:
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+        link = tarfile.TarInfo("pg_tblspc/16400")
+        link.type, link.linkname = tarfile.SYMTYPE, "/srv/ts1"
+        dst.addfile(link)
+    with pytest.raises(PageserverApiError) as e:
+        http.import_basebackup(tenant, os.urandom(16).hex(), str(linked))
+    assert e.value.status == 400, e.value
+    assert "'pg_tblspc/16400' is a symlink to '/srv/ts1'" in e.value.msg, e.value.msg
+    assert not pageserver.temp_files()
+    pageserver.allow_errors(r"(?i)import", r"(?i)symlink")
