@@ -22,8 +22,8 @@ from test_basebackup import fmt_lsn
 from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, wait_for_lsn
 
 
-# The catalog-version directory differs per major: the first and the last.
-@pytest.fixture(params=[15, 18], ids=lambda v: f"pg{v}")
+# The catalog-version directory differs per major: all four.
+@pytest.fixture(params=[15, 16, 17, 18], ids=lambda v: f"pg{v}")
 def primary(request, test_output_dir, port_distributor):
     major = request.param
     bin_dir = pg_bin_dir(major)
@@ -38,8 +38,7 @@ def primary(request, test_output_dir, port_distributor):
 
 
 def catalog_version(pg) -> int:
-    out = pg.run("pg_controldata", "-D", str(pg.datadir)).stdout
-    return int(next(line for line in out.splitlines() if line.startswith("Catalog version number")).split(":")[1])
+    return int(pg.psql("SELECT catalog_version_no FROM pg_control_system()"))
 
 
 def checkpoint_and_compare(ps, http, tenant, timeline, pg, what: str) -> int:
