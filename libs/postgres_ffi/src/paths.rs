@@ -72,7 +72,11 @@ pub fn db_dir(spc: u32, db: u32, version: PgMajorVersion, catalog_version_no: u3
 
 /// The directory of tablespace `spc` that holds its databases:
 /// `pg_tblspc/<spc>/PG_<major>_<catversion>` (`TABLESPACE_VERSION_DIRECTORY`).
-pub fn tablespace_version_dir(spc: u32, version: PgMajorVersion, catalog_version_no: u32) -> String {
+pub fn tablespace_version_dir(
+    spc: u32,
+    version: PgMajorVersion,
+    catalog_version_no: u32,
+) -> String {
     format!("pg_tblspc/{spc}/PG_{}_{catalog_version_no}", version.number())
 }
 

@@ -95,8 +95,7 @@ pub async fn write_databases<S: ChunkSink>(
     // Sorted by (spc, db): a tablespace's directories come before its databases.
     let mut tablespaces = BTreeSet::new();
     for ((spc, db), has_relmap) in dbs {
-        if spc != GLOBALTABLESPACE_OID && spc != DEFAULTTABLESPACE_OID && tablespaces.insert(spc)
-        {
+        if spc != GLOBALTABLESPACE_OID && spc != DEFAULTTABLESPACE_OID && tablespaces.insert(spc) {
             tar.dir(&format!("pg_tblspc/{spc}")).await?;
             tar.dir(&tablespace_version_dir(spc, version, layout.catalog_version_no)).await?;
         }

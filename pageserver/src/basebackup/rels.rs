@@ -75,7 +75,12 @@ impl FileOf {
     fn path(&self, segno: u32) -> String {
         let r = self.rel;
         let Layout { version, catalog_version_no } = self.layout;
-        relfile_path((r.spcnode, r.dbnode, r.relnode, r.forknum), segno, version, catalog_version_no)
+        relfile_path(
+            (r.spcnode, r.dbnode, r.relnode, r.forknum),
+            segno,
+            version,
+            catalog_version_no,
+        )
     }
 }
 

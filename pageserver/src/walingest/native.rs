@@ -9,7 +9,8 @@ use postgres_ffi::slru::{
 };
 use postgres_ffi::wal::rmgr::{
     classify, DatabaseRecord, NativeRecord, RelFileLocator, StorageRecord, TablespaceRecord,
-    VmClear, XactCompletion, XactRecord, XlogRecord, SMGR_TRUNCATE_FSM, SMGR_TRUNCATE_HEAP, SMGR_TRUNCATE_VM,
+    VmClear, XactCompletion, XactRecord, XlogRecord, SMGR_TRUNCATE_FSM, SMGR_TRUNCATE_HEAP,
+    SMGR_TRUNCATE_VM,
 };
 use postgres_ffi::wal::DecodedWalRecord;
 
