@@ -66,8 +66,18 @@ pub fn db_dir(spc: u32, db: u32, version: PgMajorVersion, catalog_version_no: u3
     match spc {
         GLOBALTABLESPACE_OID => "global".to_string(),
         DEFAULTTABLESPACE_OID => format!("base/{db}"),
-        _ => format!("pg_tblspc/{spc}/PG_{}_{catalog_version_no}/{db}", version.number()),
+        _ => format!("{}/{db}", tablespace_version_dir(spc, version, catalog_version_no)),
     }
+}
+
+/// The directory of tablespace `spc` that holds its databases:
+/// `pg_tblspc/<spc>/PG_<major>_<catversion>` (`TABLESPACE_VERSION_DIRECTORY`).
+pub fn tablespace_version_dir(
+    spc: u32,
+    version: PgMajorVersion,
+    catalog_version_no: u32,
+) -> String {
+    format!("pg_tblspc/{spc}/PG_{}_{catalog_version_no}", version.number())
 }
 
 /// The path of segment `segno` of a relation fork. Panics on an unknown fork.

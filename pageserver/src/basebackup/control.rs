@@ -74,6 +74,12 @@ impl Control {
         Ok(Control { version, data, start, with_record: opts.full })
     }
 
+    /// `catalog_version_no`: names the `PG_<major>_<catversion>`
+    /// directory of every tablespace.
+    pub fn catalog_version_no(&self) -> u32 {
+        self.data.catalog_version_no
+    }
+
     /// Epoch of `xid` (an xid of a prepared transaction, so not in the
     /// future of `nextXid`): the epoch of `nextXid`, or the one before if
     /// the xid is numerically above it (it was assigned before wraparound).

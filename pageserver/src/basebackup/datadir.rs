@@ -2,13 +2,17 @@
 //! configuration stubs, `PG_VERSION` and relmap files per database, SLRU
 //! segments, two-phase state files.
 
+use std::collections::BTreeSet;
+
 use pageserver_api::key::Key;
 use pageserver_api::reltag::SlruKind;
-use postgres_ffi::paths::{relmap_file_size, slru_segment_name, twophase_file_name};
+use postgres_ffi::paths::{
+    db_dir, relmap_file_size, slru_segment_name, tablespace_version_dir, twophase_file_name,
+};
 use postgres_ffi::{PgMajorVersion, DEFAULTTABLESPACE_OID, GLOBALTABLESPACE_OID};
 
 use super::control::Control;
-use super::{BackupError, BackupOptions, ChunkSink, TarWriter};
+use super::{BackupError, BackupOptions, ChunkSink, Layout, TarWriter};
 use crate::pgdatadir_mapping::{
     get_one, get_slru_segment, list_dbs, list_slru_segments, TwoPhaseDirectory,
 };
@@ -74,32 +78,35 @@ fn pg_version_file(version: PgMajorVersion) -> String {
 }
 
 /// `PG_VERSION` (top level, and in each database directory) and the relmap
-/// files. A database without a relmap file (being created at the LSN) gets
-/// an empty directory, as in Neon.
+/// files. A database without a relmap file (being created at the LSN, or
+/// only holding relations of a database whose default tablespace is
+/// another) gets an empty directory, as in Neon. Tablespaces: see the
+/// module comment of `basebackup`.
 pub async fn write_databases<S: ChunkSink>(
     tar: &mut TarWriter<S>,
     tl: &Timeline,
     opts: &BackupOptions,
-    version: PgMajorVersion,
+    layout: Layout,
 ) -> Result<(), BackupError> {
     let lsn = opts.lsn;
+    let version = layout.version;
     let dbs = list_dbs(tl, opts.reader, lsn).await.map_err(BackupError::read(lsn))?;
     tar.file("PG_VERSION", pg_version_file(version).as_bytes()).await?;
+    // Sorted by (spc, db): a tablespace's directories come before its databases.
+    let mut tablespaces = BTreeSet::new();
     for ((spc, db), has_relmap) in dbs {
-        let dir = match spc {
-            GLOBALTABLESPACE_OID => "global".to_string(),
-            DEFAULTTABLESPACE_OID => {
-                let d = format!("base/{db}");
-                tar.dir(&d).await?;
-                d
-            }
-            _ => {
-                return Err(BackupError::Internal(format!(
-                    "database {db} is in tablespace {spc}: only pg_default (1663) and pg_global \
-                     (1664) are supported in a base backup"
-                )))
-            }
-        };
+        if spc != GLOBALTABLESPACE_OID && spc != DEFAULTTABLESPACE_OID && tablespaces.insert(spc) {
+            tar.dir(&format!("pg_tblspc/{spc}")).await?;
+            tar.dir(&tablespace_version_dir(spc, version, layout.catalog_version_no)).await?;
+        }
+        if db == 0 && spc != GLOBALTABLESPACE_OID {
+            // The tablespace itself (written above), no database.
+            continue;
+        }
+        let dir = db_dir(spc, db, version, layout.catalog_version_no);
+        if spc != GLOBALTABLESPACE_OID {
+            tar.dir(&dir).await?;
+        }
         if !has_relmap {
             continue;
         }
@@ -120,7 +127,7 @@ pub async fn write_databases<S: ChunkSink>(
                 version.number()
             )));
         }
-        if spc == DEFAULTTABLESPACE_OID {
+        if spc != GLOBALTABLESPACE_OID {
             tar.file(&format!("{dir}/PG_VERSION"), pg_version_file(version).as_bytes()).await?;
         }
         tar.file(&format!("{dir}/pg_filenode.map"), &map).await?;

@@ -14,6 +14,13 @@
 //!   the LSN in the WAL segment, so an unmodified PostgreSQL of the same
 //!   major starts on it as after a clean shutdown (no WAL replay).
 //!
+//! Tablespaces: a database or relation in tablespace `spc` is written
+//! under `pg_tblspc/<spc>/PG_<major>_<catversion>/<db>` (the catalog
+//! version of the stored `pg_control`), with `pg_tblspc/<spc>` a directory
+//! (an in-place tablespace, which PostgreSQL 15+ starts on) rather than the
+//! primary's symlink; an empty tablespace (ingest records it as database 0
+//! of the tablespace) still gets its `PG_<major>_<catversion>` directory.
+//!
 //! Invariants:
 //! - everything is read at one LSN, at or below `last_record_lsn` and at or
 //!   above the timeline's first readable LSN (`resolve_lsn`, which waits for
@@ -123,6 +130,14 @@ pub async fn resolve_lsn(
     Ok(lsn)
 }
 
+/// What names the files of a database: the major, and the catalog version
+/// (from the stored `pg_control`) in tablespace paths.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub version: PgMajorVersion,
+    pub catalog_version_no: u32,
+}
+
 /// What is read before the first byte is sent, so that the common errors
 /// (no control file, a corrupt one) come before a COPY starts.
 pub struct Prepared {
@@ -154,8 +169,9 @@ pub async fn send_tarball<S: ChunkSink>(
     let opts = p.opts;
     let mut tar = TarWriter::new(sink, opts.gzip);
     datadir::write_skeleton(&mut tar, p.version).await?;
-    datadir::write_databases(&mut tar, tl, &opts, p.version).await?;
-    rels::write_relations(&mut tar, tl, &opts, p.version).await?;
+    let layout = Layout { version: p.version, catalog_version_no: p.control.catalog_version_no() };
+    datadir::write_databases(&mut tar, tl, &opts, layout).await?;
+    rels::write_relations(&mut tar, tl, &opts, layout).await?;
     datadir::write_slrus(&mut tar, tl, &opts).await?;
     datadir::write_twophase(&mut tar, tl, &opts, p.version, &p.control).await?;
     // Read once: the signal files and the checkpoint record's xl_prev agree.

@@ -15,9 +15,9 @@ use std::ops::Range;
 
 use pageserver_api::reltag::RelTag;
 use postgres_ffi::paths::relfile_path;
-use postgres_ffi::{PgMajorVersion, BLCKSZ, INIT_FORKNUM, MAIN_FORKNUM, RELSEG_SIZE};
+use postgres_ffi::{BLCKSZ, INIT_FORKNUM, MAIN_FORKNUM, RELSEG_SIZE};
 
-use super::{BackupError, BackupOptions, ChunkSink, TarWriter};
+use super::{BackupError, BackupOptions, ChunkSink, Layout, TarWriter};
 use crate::pgdatadir_mapping::{get_rel_pages_batched, list_dbs, list_rels, rel_sizes};
 use crate::tenant::Timeline;
 
@@ -25,7 +25,7 @@ pub async fn write_relations<S: ChunkSink>(
     tar: &mut TarWriter<S>,
     tl: &Timeline,
     opts: &BackupOptions,
-    version: PgMajorVersion,
+    layout: Layout,
 ) -> Result<(), BackupError> {
     let lsn = opts.lsn;
     let dbs = list_dbs(tl, opts.reader, lsn).await.map_err(BackupError::read(lsn))?;
@@ -38,13 +38,13 @@ pub async fn write_relations<S: ChunkSink>(
         rels.retain(|r| wanted(r, &unlogged, opts.full));
         let sizes = rel_sizes(tl, opts.reader, &rels, lsn).await.map_err(BackupError::read(lsn))?;
         for (rel, nblocks) in rels.into_iter().zip(sizes) {
-            let file = FileOf { rel, version };
+            let file = FileOf { rel, layout };
             if rel.forknum != INIT_FORKNUM {
                 write_fork(tar, tl, opts, rel, nblocks, file).await?;
                 continue;
             }
             write_fork(tar, tl, opts, rel, nblocks, file).await?;
-            let main = FileOf { rel: rel.with_fork(MAIN_FORKNUM), version };
+            let main = FileOf { rel: rel.with_fork(MAIN_FORKNUM), layout };
             // The main fork: a copy of the init fork, or empty (module comment).
             let main_blocks = if opts.full { nblocks } else { 0 };
             write_fork(tar, tl, opts, rel, main_blocks, main).await?;
@@ -68,15 +68,19 @@ fn wanted(rel: &RelTag, unlogged: &BTreeSet<u32>, full: bool) -> bool {
 #[derive(Clone, Copy)]
 struct FileOf {
     rel: RelTag,
-    version: PgMajorVersion,
+    layout: Layout,
 }
 
 impl FileOf {
     fn path(&self, segno: u32) -> String {
         let r = self.rel;
-        // The catalog version only matters for other tablespaces, which
-        // `datadir::write_databases` refuses.
-        relfile_path((r.spcnode, r.dbnode, r.relnode, r.forknum), segno, self.version, 0)
+        let Layout { version, catalog_version_no } = self.layout;
+        relfile_path(
+            (r.spcnode, r.dbnode, r.relnode, r.forknum),
+            segno,
+            version,
+            catalog_version_no,
+        )
     }
 }
 
@@ -140,6 +144,8 @@ async fn write_pages<S: ChunkSink>(
 
 #[cfg(test)]
 mod tests {
+    use postgres_ffi::PgMajorVersion;
+
     use super::*;
 
     #[test]
@@ -151,10 +157,13 @@ mod tests {
         assert_eq!(segs(9), vec![(0, 0..4), (1, 4..8), (2, 8..9)]);
         let big = segments(RELSEG_SIZE + 1, RELSEG_SIZE).collect::<Vec<_>>();
         assert_eq!(big, vec![(0, 0..RELSEG_SIZE), (1, RELSEG_SIZE..RELSEG_SIZE + 1)]);
-        let f = FileOf { rel: RelTag::new(1663, 5, 16384, 1), version: PgMajorVersion::V16 };
+        let layout = Layout { version: PgMajorVersion::V16, catalog_version_no: 202307071 };
+        let f = FileOf { rel: RelTag::new(1663, 5, 16384, 1), layout };
         assert_eq!(f.path(0), "base/5/16384_fsm");
         assert_eq!(f.path(2), "base/5/16384_fsm.2");
-        let g = FileOf { rel: RelTag::new(1664, 0, 1262, 0), version: PgMajorVersion::V16 };
+        let g = FileOf { rel: RelTag::new(1664, 0, 1262, 0), layout };
         assert_eq!(g.path(1), "global/1262.1");
+        let t = FileOf { rel: RelTag::new(16797, 5, 16800, 0), layout };
+        assert_eq!(t.path(0), "pg_tblspc/16797/PG_16_202307071/5/16800");
     }
 }

@@ -117,20 +117,27 @@ impl Preamble {
     }
 }
 
-/// How the importer sees an entry.
-fn classify_entry(entry: &Entry) -> PgFile {
-    match &entry.kind {
+/// How the importer sees an entry. A tablespace symlink is refused: the
+/// tablespace's relations are not in this tar, and the timeline would
+/// silently lack them.
+fn classify_entry(entry: &Entry) -> Result<PgFile, ImportError> {
+    Ok(match &entry.kind {
         EntryKind::File => classify(&entry.path, false),
         EntryKind::Dir => classify(&entry.path, true),
-        EntryKind::Symlink(target) => {
-            debug!(
-                "skipping symlink {} -> {target} (tablespace contents come in their own tar)",
+        EntryKind::Symlink(target) if entry.path.starts_with("pg_tblspc/") => {
+            return Err(ImportError::BadTar(format!(
+                "'{}' is a symlink to '{target}': that tablespace's files are not in this tar \
+                 (pg_basebackup -Ft puts them in a tar of their own); import a tar that holds \
+                 them in place, e.g. a plain-format backup archived with `tar --dereference`",
                 entry.path
-            );
+            )));
+        }
+        EntryKind::Symlink(target) => {
+            debug!("skipping symlink {} -> {target}", entry.path);
             PgFile::Other
         }
         EntryKind::HardLink(_) | EntryKind::Other(_) => PgFile::Other,
-    }
+    })
 }
 
 /// Where the data of the entry being imported comes from.
@@ -232,7 +239,7 @@ where
             break;
         };
         pre.check_duplicate(&entry)?;
-        match classify_entry(&entry) {
+        match classify_entry(&entry)? {
             PgFile::BackupLabel => {
                 let text = utf8(&entry, &read_small(&mut tar, &entry, SMALL_FILE_LIMIT).await?)?;
                 let label = parse_backup_label(&text)
@@ -332,7 +339,7 @@ where
                 return Err(ImportError::Tenant(TenantError::ShuttingDown));
             }
             pre.check_duplicate(&entry)?;
-            match classify_entry(&entry) {
+            match classify_entry(&entry)? {
                 PgFile::Control => {
                     pre.control = Some(read_small(tar, &entry, SMALL_FILE_LIMIT).await?)
                 }

@@ -78,6 +78,11 @@ pub fn classify(path: &str, is_dir: bool) -> PgFile {
                     _ => PgFile::Other,
                 }
             }
+            // A tablespace's version directory: the tablespace exists (as
+            // ingest records it, its database 0), even with no database.
+            ["pg_tblspc", spc, ver] if ver.starts_with("PG_") => {
+                parse_oid(spc).map_or(PgFile::Other, |spc| PgFile::DbDir { spc, db: 0 })
+            }
             _ => PgFile::Other,
         };
     }
@@ -250,6 +255,10 @@ mod tests {
         assert_eq!(classify("base/5/pg_filenode.map", false), PgFile::Relmap { spc: 1663, db: 5 });
         assert_eq!(classify("base/5", true), PgFile::DbDir { spc: 1663, db: 5 });
         assert_eq!(classify("global", true), PgFile::DbDir { spc: 1664, db: 0 });
+        assert_eq!(
+            classify("pg_tblspc/16400/PG_15_202209061", true),
+            PgFile::DbDir { spc: 16400, db: 0 }
+        );
         assert_eq!(
             classify("pg_xact/0000", false),
             PgFile::Slru { kind: SlruKind::Clog, segno: 0 }

@@ -376,6 +376,25 @@ impl<'t> DatadirModification<'t> {
         Ok(())
     }
 
+    /// A tablespace exists: recorded as its database 0 (an entry with an
+    /// empty relation directory), which no PostgreSQL database uses outside
+    /// `pg_global`; a base backup lays it out as the tablespace directory.
+    pub async fn put_tablespace_creation(&mut self, spc: u32) -> anyhow::Result<()> {
+        self.put_db_dir_creation(spc, 0).await
+    }
+
+    /// Drop a tablespace: every database entry in it (PostgreSQL drops only
+    /// an empty tablespace, so these hold no relation; any that do are
+    /// dropped with them) and the tablespace's own entry.
+    pub async fn drop_tablespace(&mut self, spc: u32) -> anyhow::Result<()> {
+        let dbs: Vec<u32> =
+            self.dbdir().await?.0.dbs.keys().filter(|k| k.0 == spc).map(|k| k.1).collect();
+        for db in dbs {
+            self.drop_db(spc, db).await?;
+        }
+        Ok(())
+    }
+
     // ---- relations --------------------------------------------------------
 
     /// Size of `rel` as of this modification so far (`None`: does not exist).

@@ -8,8 +8,9 @@ use postgres_ffi::slru::{
     segment_of_page, CLOG_XACTS_PER_PAGE, TRANSACTION_STATUS_ABORTED, TRANSACTION_STATUS_COMMITTED,
 };
 use postgres_ffi::wal::rmgr::{
-    classify, DatabaseRecord, NativeRecord, RelFileLocator, StorageRecord, VmClear, XactCompletion,
-    XactRecord, XlogRecord, SMGR_TRUNCATE_FSM, SMGR_TRUNCATE_HEAP, SMGR_TRUNCATE_VM,
+    classify, DatabaseRecord, NativeRecord, RelFileLocator, StorageRecord, TablespaceRecord,
+    VmClear, XactCompletion, XactRecord, XlogRecord, SMGR_TRUNCATE_FSM, SMGR_TRUNCATE_HEAP,
+    SMGR_TRUNCATE_VM,
 };
 use postgres_ffi::wal::DecodedWalRecord;
 
@@ -40,6 +41,7 @@ pub async fn apply(
         NativeRecord::Clog(r) => slru::clog(r, m).await?,
         NativeRecord::MultiXact(r) => slru::multixact(r, &mut ingest.checkpoint, m).await?,
         NativeRecord::Database(r) => database(r, m).await?,
+        NativeRecord::Tablespace(r) => tablespace(r, m).await?,
         NativeRecord::RelMap(r) => m.put_relmap_file(r.spc_oid, r.db_oid, r.map).await?,
         NativeRecord::Xlog(r) => out.shutdown_checkpoint = xlog(r, &mut ingest.checkpoint),
         NativeRecord::HeapVmClear { vm_clears, .. } => vm_clear(rec, &vm_clears, m).await?,
@@ -180,6 +182,15 @@ async fn database(r: DatabaseRecord, m: &mut DatadirModification<'_>) -> anyhow:
             }
             Ok(())
         }
+    }
+}
+
+/// A tablespace changes no page; the timeline records that it exists so
+/// that a base backup lays out its directory (`basebackup` module comment).
+async fn tablespace(r: TablespaceRecord, m: &mut DatadirModification<'_>) -> anyhow::Result<()> {
+    match r {
+        TablespaceRecord::Create { spc_oid } => m.put_tablespace_creation(spc_oid).await,
+        TablespaceRecord::Drop { spc_oid } => m.drop_tablespace(spc_oid).await,
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! [`classify`] turns one [`DecodedWalRecord`] into a [`NativeRecord`]:
 //! storage create/truncate, transaction commit/abort/prepare, CLOG and
-//! multixact SLRU changes, database create/drop, relmap updates, XLOG
+//! multixact SLRU changes, database and tablespace create/drop, relmap updates, XLOG
 //! control records, and the visibility-map bits heap records clear. Every
 //! other record is [`NativeRecord::ImagesOnly`]: its block images are the
 //! whole change.
@@ -25,7 +25,7 @@
 //!   layout (CLOG page width, stats item size, relmap size) shows.
 //!
 //! Layouts are those of the headers of each major (`xact.h`,
-//! `storage_xlog.h`, `clog.h`, `multixact.h`, `dbcommands_xlog.h`,
+//! `storage_xlog.h`, `clog.h`, `multixact.h`, `dbcommands_xlog.h`, `tablespace.h`,
 //! `relmapper.h`, `pg_control.h`, `heapam_xlog.h`), 64-bit little-endian.
 //! Where a struct differs between versions, the module of its rmgr says so.
 
@@ -36,6 +36,7 @@ pub mod heap;
 pub mod multixact;
 pub mod relmap;
 pub mod storage;
+pub mod tblspc;
 pub mod xact;
 pub mod xlog;
 
@@ -47,6 +48,7 @@ pub use relmap::RelMapUpdate;
 pub use storage::{
     StorageRecord, SMGR_TRUNCATE_ALL, SMGR_TRUNCATE_FSM, SMGR_TRUNCATE_HEAP, SMGR_TRUNCATE_VM,
 };
+pub use tblspc::TablespaceRecord;
 pub use xact::{XactCompletion, XactDbInfo, XactPrepare, XactRecord};
 pub use xlog::{ParameterChange, XlogRecord};
 
@@ -77,6 +79,8 @@ pub enum NativeRecord {
     MultiXact(MultiXactRecord),
     /// Database (rmgr 4): create (both strategies) and drop.
     Database(DatabaseRecord),
+    /// Tablespace (rmgr 5): create and drop; no page changes.
+    Tablespace(TablespaceRecord),
     /// RelMap (rmgr 7): a new `pg_filenode.map`.
     RelMap(RelMapUpdate),
     /// XLOG (rmgr 0): checkpoints and control data.
@@ -112,6 +116,7 @@ pub fn classify(
         rmgr_id::CLOG => clog::decode(rec, version)?.map(NativeRecord::Clog),
         rmgr_id::MULTIXACT => multixact::decode(rec, version)?.map(NativeRecord::MultiXact),
         rmgr_id::DATABASE => database::decode(rec)?.map(NativeRecord::Database),
+        rmgr_id::TABLESPACE => tblspc::decode(rec)?.map(NativeRecord::Tablespace),
         rmgr_id::RELMAP => relmap::decode(rec, version)?.map(NativeRecord::RelMap),
         rmgr_id::XLOG => xlog::decode(rec, version)?.map(NativeRecord::Xlog),
         rmgr_id::HEAP | rmgr_id::HEAP2 => heap::decode(rec)?,
