@@ -291,10 +291,16 @@ fn bench_kinds(c: &mut Criterion, corpus: &Corpus) {
     group.finish();
 }
 
-/// What `reconstruct` does per stored record: decode it, apply it.
+/// What `reconstruct` does per stored record: decode it, apply it (the
+/// page check comes once per read: [`check_read`]).
 fn redo_stored(page: &mut [u8], s: &Sample) {
     let rec = RedoRecord::decode(&s.stored).expect("decodes");
-    redo::apply(page, s.tag, s.lsn, &rec, s.version).expect("redo");
+    redo::apply_without_page_check(page, s.tag, s.lsn, &rec, s.version).expect("redo");
+}
+
+/// The page check `reconstruct` runs after a read's last record.
+fn check_read(page: &[u8], last: &Sample) {
+    redo::check_page(page, last.rmid).expect("the page check");
 }
 
 /// Pairs (a, b): two Heap records one after the other on a page a does not
@@ -358,6 +364,7 @@ fn bench_requests(c: &mut Criterion, corpus: &Corpus) {
     group.bench_function("empty", |b| {
         b.iter(|| {
             redo_stored(&mut pages[at], &samples[visible[at]]);
+            check_read(&pages[at], &samples[visible[at]]);
             at = (at + 1) % visible.len();
         })
     });
@@ -387,6 +394,7 @@ fn bench_requests(c: &mut Criterion, corpus: &Corpus) {
             let mut page = samples[a].before.to_vec();
             redo_stored(&mut page, &samples[a]);
             redo_stored(&mut page, &samples[b2]);
+            check_read(&page, &samples[b2]);
             std::hint::black_box(page)
         })
     });
@@ -398,6 +406,10 @@ fn bench_requests(c: &mut Criterion, corpus: &Corpus) {
     describe_chain("medium", &chain);
     group.throughput(Throughput::Elements(chain.len() as u64));
     group.bench_function("medium", |b| b.iter(|| std::hint::black_box(run_chain(&chain))));
+    // The same with the page check after every record (before: `apply`).
+    group.bench_function("medium_checked_per_record", |b| {
+        b.iter(|| std::hint::black_box(run_chain_checked_per_record(&chain)))
+    });
 
     let chain: Vec<&Sample> = insert_chain(corpus).into_iter().map(|i| &samples[i]).collect();
     let last = chain.last().expect("an INSERT+INIT chain");
@@ -414,6 +426,17 @@ fn run_chain(chain: &[&Sample]) -> Vec<u8> {
     let mut page = vec![0u8; BLCKSZ];
     for s in chain {
         redo_stored(&mut page, s);
+    }
+    check_read(&page, chain.last().expect("a chain"));
+    page
+}
+
+/// `run_chain` with `redo::apply`, which checks the page after each record.
+fn run_chain_checked_per_record(chain: &[&Sample]) -> Vec<u8> {
+    let mut page = vec![0u8; BLCKSZ];
+    for s in chain {
+        let rec = RedoRecord::decode(&s.stored).expect("decodes");
+        redo::apply(&mut page, s.tag, s.lsn, &rec, s.version).expect("redo");
     }
     page
 }

@@ -3,11 +3,13 @@
 //!
 //! Records are applied here, oldest first, in Rust: the pageserver's own
 //! (`postgres_ffi::records`: CLOG status bits, visibility-map clears, byte
-//! patches) and PostgreSQL's WAL records (`postgres_ffi::redo::apply`, for
-//! the timeline's PostgreSQL major). A record that cannot be applied (no
+//! patches) and PostgreSQL's WAL records (`postgres_ffi::redo`, for the
+//! timeline's PostgreSQL major). A record that cannot be applied (no
 //! native redo for its rmgr, a body stored by an older version, a redo
 //! fault) is an error naming LSN, rmgr and block: we never serve a page we
-//! cannot build.
+//! cannot build. The page invariants (`redo::check_page`, O(line
+//! pointers)) are checked once, after the last PostgreSQL record of the
+//! read, not after each: a chain of n inserts costs O(n), not O(n²).
 //!
 //! Every reconstruction counts the records it applies
 //! (`pageserver_read_records_applied`): ingest keeps that under
@@ -66,6 +68,8 @@ pub fn reconstruct(
         )));
     }
     let mut from_record = !base.is_image();
+    // The page check owed after PostgreSQL records (the last one's).
+    let mut check: Option<PageCheck> = None;
     let records = iter.len() + usize::from(from_record);
     READ_RECORDS_APPLIED.observe(records as f64);
     let mut page = match base {
@@ -84,7 +88,7 @@ pub fn reconstruct(
         }
         Value::Record(rec) => {
             let mut page = BytesMut::new();
-            apply(key, base_lsn, &mut page, rec, cluster)?;
+            apply(key, base_lsn, &mut page, rec, cluster, &mut check)?;
             page
         }
     };
@@ -94,8 +98,15 @@ pub fn reconstruct(
             // Images are will_init: not expected after the base.
             Value::Image(img) => page = BytesMut::from(&img[..]),
             Value::WalImage(img) => page = BytesMut::from(&materialize(key, rec_lsn, &img)?[..]),
-            Value::Record(rec) => apply(key, rec_lsn, &mut page, rec, cluster)?,
+            Value::Record(rec) => apply(key, rec_lsn, &mut page, rec, cluster, &mut check)?,
         }
+    }
+    if let Some(last) = check {
+        // Once per read, after the last PostgreSQL record (not after each).
+        redo::check_page(&page, last.rmid).map_err(|fault| PageReconstructError::Redo {
+            key,
+            source: redo::RedoError { lsn: last.lsn, rmid: last.rmid, info: last.info, tag: last.tag, fault },
+        })?;
     }
     if from_record && cluster.data_checksums && key.is_rel_block() {
         set_checksum(&mut page, key.field6);
@@ -124,12 +135,22 @@ fn materialize(key: Key, lsn: Lsn, img: &WalImage) -> Result<Bytes, PageReconstr
         .map_err(|e| corrupt(format!("the WAL page image at {lsn} does not restore: {e}")))
 }
 
+/// The last PostgreSQL record applied to a page, whose page check
+/// (`redo::check_page`) is run once the chain is applied.
+struct PageCheck {
+    lsn: Lsn,
+    rmid: u8,
+    info: u8,
+    tag: BlockTag,
+}
+
 fn apply(
     key: Key,
     lsn: Lsn,
     page: &mut BytesMut,
     rec: Record,
     cluster: ClusterInfo,
+    check: &mut Option<PageCheck>,
 ) -> Result<(), PageReconstructError> {
     let need_page = |page: &BytesMut, what: &str| {
         if page.len() != BLCKSZ {
@@ -174,20 +195,21 @@ fn apply(
             page.extend_from_slice(&append);
         }
         Record::Postgres { rmid, rec, will_init } => {
-            redo_postgres(key, lsn, page, (rmid, &rec, will_init), cluster)?
+            *check = Some(redo_postgres(key, lsn, page, (rmid, &rec, will_init), cluster)?);
         }
     }
     Ok(())
 }
 
-/// Redo one stored PostgreSQL record on `page` (empty if there is none yet).
+/// Redo one stored PostgreSQL record on `page` (empty if there is none
+/// yet); the page check is the caller's, once per chain.
 fn redo_postgres(
     key: Key,
     lsn: Lsn,
     page: &mut BytesMut,
     (rmid, body, will_init): (u8, &Bytes, bool),
     cluster: ClusterInfo,
-) -> Result<(), PageReconstructError> {
+) -> Result<PageCheck, PageReconstructError> {
     if body.is_empty() || !redo::has_native_redo(rmid) {
         return Err(PageReconstructError::NeedsRedo { key, lsn, rmid });
     }
@@ -210,8 +232,9 @@ fn redo_postgres(
         fork: rel.forknum,
         blkno: key.field6,
     };
-    redo::apply(page, tag, lsn, &rec, cluster.version)
-        .map_err(|source| PageReconstructError::Redo { key, source })
+    redo::apply_without_page_check(page, tag, lsn, &rec, cluster.version)
+        .map_err(|source| PageReconstructError::Redo { key, source })?;
+    Ok(PageCheck { lsn, rmid, info: rec.info, tag })
 }
 
 #[cfg(test)]
