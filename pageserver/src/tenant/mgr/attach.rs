@@ -5,7 +5,8 @@
 //!   (refused when a newer generation is claimed), download per remote
 //!   timeline the newest index at or below N, list the timeline's objects
 //!   and refuse the attach (409, naming them) if the index lists objects
-//!   the store does not have (a lost bucket: the tenant would answer
+//!   the store does not have (one of another size is left to the
+//!   download's size and CRC-32C check, which names it) (a lost bucket: the tenant would answer
 //!   "not found" to reads; the pageserver that uploaded them may still
 //!   have them and upload them again), build the tenant directory as
 //!   `<id>.___temp` (`tenant.json`, per timeline `metadata` from the index
@@ -55,7 +56,7 @@ use crate::tenant::attachment::TenantFile;
 use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{
     check_index_objects, claim_generation, download_newest_index, list_timelines, name_objects,
-    ClaimError, Generation,
+    ClaimError, Generation, SizeCheck,
 };
 use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline};
 
@@ -398,7 +399,7 @@ async fn refuse_incomplete(
 ) -> Result<(), LocationError> {
     let timelines: Vec<TimelineId> = indexes.keys().copied().collect();
     let checks = futures::stream::iter(timelines).map(|tl| async move {
-        let missing = check_index_objects(rs, id, tl, &indexes[&tl])
+        let missing = check_index_objects(rs, id, tl, &indexes[&tl], SizeCheck::AtDownload)
             .await
             .with_context(|| format!("list the objects of timeline {id}/{tl}"))?;
         anyhow::Ok(missing.into_iter().map(|k| rs.full_key(&k)).collect::<Vec<_>>())

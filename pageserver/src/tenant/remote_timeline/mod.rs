@@ -204,25 +204,37 @@ pub async fn download_newest_index(
     Ok(Some(ip))
 }
 
+/// Whether an object of another size than the index records counts as
+/// missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeCheck {
+    /// Yes: the uploader has the layer and uploads it again.
+    Missing,
+    /// No: the download's size and CRC-32C check names it (attach).
+    AtDownload,
+}
+
 /// The objects `index` needs that `listed` (a listing of the timeline's
-/// prefix) lacks or holds at another size: the index itself, then its
-/// layers, as full keys relative to the prefix, in key order.
+/// prefix) lacks (or, with `SizeCheck::Missing`, holds at another size):
+/// the index itself, then its layers, as keys relative to the prefix.
 pub fn missing_objects(
     tenant: TenantId,
     timeline: TimelineId,
     index: &IndexPart,
     listed: &[ListedObject],
+    sizes: SizeCheck,
 ) -> Vec<String> {
-    let sizes: std::collections::HashMap<&str, u64> =
+    let listed_sizes: std::collections::HashMap<&str, u64> =
         listed.iter().map(|o| (o.key.as_str(), o.size_bytes)).collect();
     let mut missing = Vec::new();
     let index_key = index_key(tenant, timeline, index.generation);
-    if !sizes.contains_key(index_key.as_str()) {
+    if !listed_sizes.contains_key(index_key.as_str()) {
         missing.push(index_key);
     }
     for (name, l) in &index.layers {
         let key = layer_key(tenant, timeline, name, l.generation);
-        if sizes.get(key.as_str()) != Some(&l.file_size) {
+        let size = listed_sizes.get(key.as_str());
+        if size.is_none() || (sizes == SizeCheck::Missing && size != Some(&l.file_size)) {
             missing.push(key);
         }
     }
@@ -235,9 +247,10 @@ pub async fn check_index_objects(
     tenant: TenantId,
     timeline: TimelineId,
     index: &IndexPart,
+    sizes: SizeCheck,
 ) -> Result<Vec<String>, RemoteError> {
     let listed = rs.list(&timeline_prefix(tenant, timeline)).await?;
-    Ok(missing_objects(tenant, timeline, index, &listed))
+    Ok(missing_objects(tenant, timeline, index, &listed, sizes))
 }
 
 /// Write `generation`'s claim again if the store lost it (and no newer

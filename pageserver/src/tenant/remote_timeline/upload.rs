@@ -53,6 +53,7 @@ use super::client::{RemoteTimelineClient, UploadTarget};
 use super::index_part::{IndexLayer, IndexPart};
 use super::{
     check_index_objects, index_key, name_objects, newest_generation, restore_claim, Generation,
+    SizeCheck,
 };
 use crate::metrics::remote as metrics;
 use crate::remote_storage::RemoteError;
@@ -233,7 +234,8 @@ impl RemoteTimelineClient {
         let key = index_key(self.tenant_id, self.timeline_id, self.generation);
         self.storage().put(&key, index.to_json().into()).await?;
         metrics::record_upload("index", 0, started.elapsed());
-        let missing = check_index_objects(self.storage(), self.tenant_id, self.timeline_id, &index)
+        let (t, tl) = (self.tenant_id, self.timeline_id);
+        let missing = check_index_objects(self.storage(), t, tl, &index, SizeCheck::Missing)
             .await
             .context("list the objects after uploading the index")?;
         if !missing.is_empty() {
@@ -277,7 +279,7 @@ impl RemoteTimelineClient {
         let Some(index) = self.last_index.lock().unwrap().clone() else { return Ok(false) };
         let (t, tl) = (self.tenant_id, self.timeline_id);
         self.restore_claim_if_lost().await?;
-        let missing = check_index_objects(self.storage(), t, tl, &index)
+        let missing = check_index_objects(self.storage(), t, tl, &index, SizeCheck::Missing)
             .await
             .context("check the uploaded objects")?;
         if missing.is_empty() {

@@ -189,7 +189,7 @@ async fn assert_complete(f: &Fixture) {
     let (t, tl) = (f.tl.tenant_id, f.tl.timeline_id);
     let ip = download_newest_index(&f.rs, t, tl, Generation(1)).await.unwrap().expect("an index");
     assert!(!ip.layers.is_empty());
-    let missing = check_index_objects(&f.rs, t, tl, &ip).await.unwrap();
+    let missing = check_index_objects(&f.rs, t, tl, &ip, SizeCheck::Missing).await.unwrap();
     assert!(missing.is_empty(), "the store lacks {missing:?}");
     assert!(f.remote_root.join(format!("tenants/{t}/generations/00000001")).exists(), "claim");
     let remote = f.tl.remote_client().unwrap();
