@@ -81,13 +81,13 @@ async fn missing_objects_are_named_and_a_lost_claim_is_written_again() {
         IndexLayer { level: IndexLevel::L0, file_size: 4, crc32c: 0, generation: Generation(1) };
     let ip = index_part::IndexPart::new(Generation(2), &md, &[(name.clone(), layer)].into(), None);
     let (ikey, lkey) = (index_key(t, tl, Generation(2)), layer_key(t, tl, &name, Generation(1)));
-    let (sized, unsized) = (SizeCheck::Missing, SizeCheck::AtDownload);
+    let (sized, at_download) = (SizeCheck::Missing, SizeCheck::AtDownload);
     let missing = check_index_objects(&rs, t, tl, &ip, sized).await.unwrap();
     assert_eq!(missing, vec![ikey.clone(), lkey.clone()]);
     rs.put(&ikey, ip.to_json().into()).await.unwrap();
     rs.put(&lkey, "abc".into()).await.unwrap(); // another size: missing to the uploader
     assert_eq!(check_index_objects(&rs, t, tl, &ip, sized).await.unwrap(), vec![lkey.clone()]);
-    assert!(check_index_objects(&rs, t, tl, &ip, unsized).await.unwrap().is_empty());
+    assert!(check_index_objects(&rs, t, tl, &ip, at_download).await.unwrap().is_empty());
     rs.put(&lkey, "abcd".into()).await.unwrap();
     assert!(check_index_objects(&rs, t, tl, &ip, sized).await.unwrap().is_empty());
 

@@ -27,9 +27,10 @@
 //! With nothing to upload, the task lists the timeline's objects every
 //! `CHECK_PERIOD` (and at once when a download got a 404) and checks the
 //! last index the same way; a loss makes the newest target due again.
-//! A lost layer that is not on local disk any more (evicted) cannot be
-//! restored from here: the upload fails naming it, retried, and
-//! `remote_consistent_lsn` stays where it is. Eviction only evicts layers
+//! A lost layer that is not on local disk (evicted, or never downloaded
+//! after an attach) cannot be restored from here: it stays known as
+//! uploaded (a download names the object), the index check fails naming
+//! it, retried, and `remote_consistent_lsn` stays where it is. Eviction only evicts layers
 //! known to be uploaded, so a layer forgotten as uploaded stays local.
 //!
 //! Backpressure: `pending_bytes` is the size of the target's layers not
@@ -298,16 +299,23 @@ impl RemoteTimelineClient {
     }
 
     /// `missing` (keys of objects `index` lists) are not in the store:
-    /// record them (`remote_consistent_lsn` stays), forget the layers as
-    /// uploaded so the next target uploads them again, and write the
+    /// record them (`remote_consistent_lsn` stays), forget the layers on
+    /// local disk as uploaded so the next target uploads them again, and write the
     /// generation claim again if the store lost it too.
     async fn forget_missing(&self, index: &IndexPart, missing: &[String]) -> anyhow::Result<()> {
+        // Only layers on local disk can be uploaded again; one that is not
+        // stays known (its download names the object) and missing.
+        let mut local = Vec::new();
+        for (name, l) in &index.layers {
+            let key = self.object_key(name, l.generation);
+            if missing.contains(&key) && self.engine().exists(&self.dir().join(name)).await? {
+                local.push((name, l.generation));
+            }
+        }
         {
             let mut uploaded = self.uploaded.lock().unwrap();
-            for (name, l) in &index.layers {
-                let key = self.object_key(name, l.generation);
-                let same = uploaded.get(name).is_some_and(|u| u.generation == l.generation);
-                if same && missing.contains(&key) {
+            for (name, generation) in local {
+                if uploaded.get(name).is_some_and(|u| u.generation == generation) {
                     uploaded.remove(name);
                 }
             }
