@@ -1,5 +1,5 @@
 //! Remote storage metrics: transfers, the upload queue, remote
-//! consistency, on-demand downloads and evictions.
+//! consistency and objects found missing, on-demand downloads and evictions.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -67,6 +67,24 @@ pub static REMOTE_CONSISTENT_LSN: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("register metric")
 });
 
+pub static MISSING_OBJECTS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "pageserver_remote_missing_objects",
+        "Objects an uploaded index lists that remote storage was found to lack and that are not \
+         uploaded again yet (all timelines)"
+    )
+    .expect("register metric")
+});
+
+pub static MISSING_OBJECTS_FOUND: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_remote_missing_objects_found_total",
+        "Objects an uploaded index lists that a listing or a download found missing from remote \
+         storage"
+    )
+    .expect("register metric")
+});
+
 pub static EVICTIONS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "pageserver_layer_evictions_total",
@@ -120,6 +138,8 @@ pub fn register() {
     LazyLock::force(&UPLOAD_QUEUE_BYTES);
     LazyLock::force(&UPLOAD_QUEUE_WAIT);
     LazyLock::force(&REMOTE_CONSISTENT_LSN);
+    LazyLock::force(&MISSING_OBJECTS);
+    LazyLock::force(&MISSING_OBJECTS_FOUND);
     LazyLock::force(&EVICTIONS);
     LazyLock::force(&RESIDENT_BYTES);
 }

@@ -160,7 +160,6 @@ impl RemoteStorage {
         }
     }
 
-    /// `key` with the prefix: the object's name in the store, for errors.
     /// A failure of the local side of a transfer, naming object and file.
     fn local_error(
         &self,
@@ -173,7 +172,8 @@ impl RemoteStorage {
         RemoteError::Local { op, key, path, source }
     }
 
-    fn full_key(&self, key: &str) -> String {
+    /// `key` as the store names it (with the prefix), for messages.
+    pub fn full_key(&self, key: &str) -> String {
         self.path(key).to_string()
     }
 

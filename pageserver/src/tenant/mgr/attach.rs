@@ -3,7 +3,12 @@
 //!
 //! - **Attach** (`AttachedSingle`, generation N), tenant not here: claim N
 //!   (refused when a newer generation is claimed), download per remote
-//!   timeline the newest index at or below N, build the tenant directory as
+//!   timeline the newest index at or below N, list the timeline's objects
+//!   and refuse the attach (409, naming them) if the index lists objects
+//!   the store does not have (one of another size is left to the
+//!   download's size and CRC-32C check, which names it) (a lost bucket: the tenant would answer
+//!   "not found" to reads; the pageserver that uploaded them may still
+//!   have them and upload them again), build the tenant directory as
 //!   `<id>.___temp` (`tenant.json`, per timeline `metadata` from the index
 //!   and `wal_source.json` when it has one), fsync, rename into place, fsync
 //!   the parent, then load it: its layers are remote-only and downloaded
@@ -50,7 +55,8 @@ use crate::remote_storage::RemoteStorage;
 use crate::tenant::attachment::TenantFile;
 use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{
-    claim_generation, download_newest_index, list_timelines, ClaimError, Generation,
+    check_index_objects, claim_generation, download_newest_index, list_timelines, name_objects,
+    ClaimError, Generation, SizeCheck,
 };
 use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline};
 
@@ -173,6 +179,7 @@ impl TenantManager {
     ) -> Result<Arc<Tenant>, LocationError> {
         claim(rs, id, generation).await?;
         let indexes = download_indexes(rs, id, generation).await?;
+        refuse_incomplete(rs, id, &indexes).await?;
         self.build_tenant_dir(id, generation, &indexes).await?;
         let dir = self.tenant_dir(id);
         let cancel = self.cancel.child_token();
@@ -381,6 +388,36 @@ async fn download_indexes(
     });
     let found: Vec<_> = downloads.buffer_unordered(ATTACH_INDEX_DOWNLOADS).try_collect().await?;
     Ok(found.into_iter().flatten().collect())
+}
+
+/// Refuse the attach if an index lists objects the store lacks (module
+/// comment); the error names them.
+async fn refuse_incomplete(
+    rs: &RemoteStorage,
+    id: TenantId,
+    indexes: &HashMap<TimelineId, IndexPart>,
+) -> Result<(), LocationError> {
+    let timelines: Vec<TimelineId> = indexes.keys().copied().collect();
+    let checks = futures::stream::iter(timelines).map(|tl| async move {
+        let missing = check_index_objects(rs, id, tl, &indexes[&tl], SizeCheck::AtDownload)
+            .await
+            .with_context(|| format!("list the objects of timeline {id}/{tl}"))?;
+        anyhow::Ok(missing.into_iter().map(|k| rs.full_key(&k)).collect::<Vec<_>>())
+    });
+    let found: Vec<Vec<String>> =
+        checks.buffer_unordered(ATTACH_INDEX_DOWNLOADS).try_collect().await?;
+    let mut missing: Vec<String> = found.into_iter().flatten().collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    missing.sort();
+    Err(LocationError::Conflict(format!(
+        "tenant {id} is not attached: {} objects its remote indexes list are missing from {} ({}); \
+         the pageserver that uploaded them may still have them and upload them again",
+        missing.len(),
+        rs.describe(),
+        name_objects(&missing)
+    )))
 }
 
 /// A timeline's directory as the index describes it: `metadata` and, when

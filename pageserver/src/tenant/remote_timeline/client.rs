@@ -1,10 +1,17 @@
 //! `RemoteTimelineClient`: one timeline's link to remote storage: what is
 //! uploaded (the remote layer set), downloads of layers on demand, and the
 //! upload queue (`upload.rs`).
+//!
+//! `remote_consistent_lsn` and completeness: the watch `remote_consistent`
+//! holds the `disk_consistent_lsn` of the newest index known to be
+//! complete in the store (it and every layer object it lists were listed
+//! after it was written), and the objects found missing since, which the
+//! upload queue is uploading again. While any are missing the LSN does not
+//! advance and `wait_uploaded` does not return true.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,6 +54,20 @@ impl UploadTarget {
     }
 }
 
+/// How often the upload task lists the timeline's objects to check that
+/// the last index uploaded is still complete (with nothing else to do).
+pub const CHECK_PERIOD: Duration = Duration::from_secs(300);
+
+/// What remote storage is known to have of the timeline.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteConsistency {
+    /// `disk_consistent_lsn` of the newest index known to be complete.
+    pub lsn: Option<Lsn>,
+    /// Objects (keys with the prefix) an uploaded index lists that the
+    /// store was found to lack, not uploaded again yet.
+    pub missing: Vec<String>,
+}
+
 /// Attempts of one layer download (a corrupt or failed transfer is tried
 /// again) before the read that needs it gets the error.
 const DOWNLOAD_ATTEMPTS: u32 = 4;
@@ -77,8 +98,14 @@ pub struct RemoteTimelineClient {
     pub(super) pending_bytes: AtomicU64,
     pub(super) pending_seq: AtomicU64,
     pub(super) queue_space: Notify,
-    /// `disk_consistent_lsn` of the last index uploaded (or found at load).
-    pub(super) remote_consistent: watch::Sender<Option<Lsn>>,
+    /// See the module comment.
+    pub(super) remote_consistent: watch::Sender<RemoteConsistency>,
+    /// A listing check is wanted now (a download got a 404); `check_wake`
+    /// wakes the upload task for it.
+    pub(super) check_requested: AtomicBool,
+    pub(super) check_wake: Notify,
+    /// How often the upload task checks the last index (`CHECK_PERIOD`).
+    pub(super) check_period: Duration,
 }
 
 impl RemoteTimelineClient {
@@ -94,7 +121,8 @@ impl RemoteTimelineClient {
         index: Option<IndexPart>,
     ) -> RemoteTimelineClient {
         let uploaded = index.as_ref().map(|ip| ip.layers.clone()).unwrap_or_default();
-        let remote_consistent = index.as_ref().map(|ip| ip.disk_consistent_lsn);
+        let lsn = index.as_ref().map(|ip| ip.disk_consistent_lsn);
+        let remote_consistent = RemoteConsistency { lsn, missing: Vec::new() };
         RemoteTimelineClient {
             tenant_id: ids.0,
             timeline_id: ids.1,
@@ -112,7 +140,17 @@ impl RemoteTimelineClient {
             pending_seq: AtomicU64::new(0),
             queue_space: Notify::new(),
             remote_consistent: watch::Sender::new(remote_consistent),
+            check_requested: AtomicBool::new(false),
+            check_wake: Notify::new(),
+            check_period: CHECK_PERIOD,
         }
+    }
+
+    /// The same client checking every `period` (tests).
+    #[cfg(test)]
+    pub fn with_check_period(mut self, period: Duration) -> RemoteTimelineClient {
+        self.check_period = period;
+        self
     }
 
     pub(super) fn dir(&self) -> &Path {
@@ -140,8 +178,35 @@ impl RemoteTimelineClient {
         self.update_pending();
     }
 
+    /// An index with `disk_consistent_lsn` `lsn` was found complete in the
+    /// store: nothing it lists is missing any more.
     pub(super) fn set_remote_consistent_lsn(&self, lsn: Lsn) {
-        self.remote_consistent.send_modify(|l| *l = Some(l.map_or(lsn, |old| old.max(lsn))));
+        self.remote_consistent.send_modify(|s| {
+            s.lsn = Some(s.lsn.map_or(lsn, |old| old.max(lsn)));
+            metrics::MISSING_OBJECTS.sub(s.missing.len() as i64);
+            s.missing.clear();
+        });
+    }
+
+    /// `keys` were found missing from the store: `remote_consistent_lsn`
+    /// stays where it is until they are uploaded again.
+    pub(super) fn set_missing(&self, keys: Vec<String>) {
+        metrics::MISSING_OBJECTS_FOUND.inc_by(keys.len() as u64);
+        self.remote_consistent.send_modify(|s| {
+            metrics::MISSING_OBJECTS.add(keys.len() as i64 - s.missing.len() as i64);
+            s.missing = keys;
+        });
+    }
+
+    /// Ask the upload task to check the store's listing now.
+    pub fn request_check(&self) {
+        self.check_requested.store(true, Ordering::Release);
+        self.check_wake.notify_one();
+    }
+
+    /// What remote storage is known to have (module comment).
+    pub fn remote_consistency(&self) -> RemoteConsistency {
+        self.remote_consistent.borrow().clone()
     }
 
     /// Bytes of layer files waiting for upload.
@@ -182,11 +247,12 @@ impl RemoteTimelineClient {
         started.elapsed()
     }
 
-    /// Wait until an index with `disk_consistent_lsn >= lsn` is uploaded,
-    /// at most `timeout`; returns whether it was.
+    /// Wait until an index with `disk_consistent_lsn >= lsn` is uploaded
+    /// and nothing is known missing, at most `timeout`; returns whether.
     pub async fn wait_uploaded(&self, lsn: Lsn, timeout: Duration) -> bool {
         let mut rx = self.remote_consistent.subscribe();
-        let reached = async { rx.wait_for(|l| l.is_some_and(|l| l >= lsn)).await.is_ok() };
+        let complete = |s: &RemoteConsistency| s.missing.is_empty() && s.lsn.is_some_and(|l| l >= lsn);
+        let reached = async { rx.wait_for(complete).await.is_ok() };
         tokio::time::timeout(timeout, reached).await.unwrap_or(false)
     }
 
@@ -224,7 +290,13 @@ impl RemoteTimelineClient {
             attempt += 1;
             match self.download_once(&key, &local, remote).await {
                 Ok(()) => return Ok(local),
-                Err(e) if attempt >= DOWNLOAD_ATTEMPTS || e.is_not_found() => {
+                Err(e) if e.is_not_found() => {
+                    // The index lists it: the store lost it. The upload task
+                    // checks the listing and uploads what it still has.
+                    self.request_check();
+                    return Err(e).with_context(|| format!("download layer {fname}"));
+                }
+                Err(e) if attempt >= DOWNLOAD_ATTEMPTS => {
                     return Err(e).with_context(|| format!("download layer {fname}"));
                 }
                 Err(e) => {
@@ -252,5 +324,6 @@ impl RemoteTimelineClient {
 impl Drop for RemoteTimelineClient {
     fn drop(&mut self) {
         metrics::UPLOAD_QUEUE_BYTES.sub(*self.pending_bytes.get_mut() as i64);
+        metrics::MISSING_OBJECTS.sub(self.remote_consistent.borrow().missing.len() as i64);
     }
 }

@@ -21,6 +21,18 @@
 //! deleted) or it came later, and then that attachment reads an index that
 //! no longer lists the objects. Objects of a generation above one's own are
 //! never deleted (asserted).
+//!
+//! Completeness: remote storage can lose objects behind our back (a bucket
+//! deleted and re-created, a lifecycle rule, an operator). An index is only
+//! vouched for (`remote_consistent_lsn` advances to its
+//! `disk_consistent_lsn`) once a listing taken *after* it was written shows
+//! the index and every layer object it lists at the size it records
+//! ([`missing_objects`]). A loss found then, by a periodic listing, or by a
+//! 404 on a download, makes the upload queue forget the lost objects and
+//! upload them again from the local layer files before the next index
+//! (`upload.rs`); a lost generation claim is written again. An attach
+//! refuses an index that lists objects the store does not have, naming
+//! them (`tenant/mgr/attach.rs`), before anything is built locally.
 
 pub mod client;
 pub mod index_part;
@@ -31,7 +43,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use utils::id::{TenantId, TimelineId};
 
-use crate::remote_storage::{RemoteError, RemoteStorage};
+use crate::remote_storage::{ListedObject, RemoteError, RemoteStorage};
 use crate::tenant::storage_layer::LayerName;
 use index_part::IndexPart;
 
@@ -190,6 +202,82 @@ pub async fn download_newest_index(
         ip.generation
     );
     Ok(Some(ip))
+}
+
+/// Whether an object of another size than the index records counts as
+/// missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeCheck {
+    /// Yes: the uploader has the layer and uploads it again.
+    Missing,
+    /// No: the download's size and CRC-32C check names it (attach).
+    AtDownload,
+}
+
+/// The objects `index` needs that `listed` (a listing of the timeline's
+/// prefix) lacks (or, with `SizeCheck::Missing`, holds at another size):
+/// the index itself, then its layers, as keys relative to the prefix.
+pub fn missing_objects(
+    tenant: TenantId,
+    timeline: TimelineId,
+    index: &IndexPart,
+    listed: &[ListedObject],
+    sizes: SizeCheck,
+) -> Vec<String> {
+    let listed_sizes: std::collections::HashMap<&str, u64> =
+        listed.iter().map(|o| (o.key.as_str(), o.size_bytes)).collect();
+    let mut missing = Vec::new();
+    let index_key = index_key(tenant, timeline, index.generation);
+    if !listed_sizes.contains_key(index_key.as_str()) {
+        missing.push(index_key);
+    }
+    for (name, l) in &index.layers {
+        let key = layer_key(tenant, timeline, name, l.generation);
+        let size = listed_sizes.get(key.as_str());
+        if size.is_none() || (sizes == SizeCheck::Missing && size != Some(&l.file_size)) {
+            missing.push(key);
+        }
+    }
+    missing
+}
+
+/// [`missing_objects`] of `index` against a listing taken now.
+pub async fn check_index_objects(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+    timeline: TimelineId,
+    index: &IndexPart,
+    sizes: SizeCheck,
+) -> Result<Vec<String>, RemoteError> {
+    let listed = rs.list(&timeline_prefix(tenant, timeline)).await?;
+    Ok(missing_objects(tenant, timeline, index, &listed, sizes))
+}
+
+/// Write `generation`'s claim again if the store lost it (and no newer
+/// generation is claimed: then it is not ours to restore). Returns whether
+/// it was written.
+pub async fn restore_claim(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+    generation: Generation,
+) -> Result<bool, ClaimError> {
+    let listed = rs.list(&generations_prefix(tenant)).await?;
+    let ours = generations_prefix(tenant) + "/" + &generation.suffix();
+    if listed.iter().any(|o| o.key == ours) {
+        return Ok(false);
+    }
+    claim_generation(rs, tenant, generation).await?;
+    Ok(true)
+}
+
+/// `keys` for a message: the first `MAX_NAMED` of them, then how many more.
+pub fn name_objects(keys: &[String]) -> String {
+    const MAX_NAMED: usize = 10;
+    let mut s = keys.iter().take(MAX_NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if keys.len() > MAX_NAMED {
+        s += &format!(" and {} more", keys.len() - MAX_NAMED);
+    }
+    s
 }
 
 #[cfg(test)]

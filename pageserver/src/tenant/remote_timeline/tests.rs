@@ -63,3 +63,39 @@ async fn the_newest_index_at_or_below_a_generation_is_chosen() {
     let _ =
         IndexLayer { level: IndexLevel::L0, file_size: 0, crc32c: 0, generation: Generation(1) };
 }
+
+#[tokio::test]
+async fn missing_objects_are_named_and_a_lost_claim_is_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = storage(dir.path());
+    let (t, tl) = (TenantId::generate(), TimelineId::generate());
+    let name = LayerName::delta(Key::MIN..Key::MAX, Lsn(0x11)..Lsn(0x20)).to_string();
+    let mut md = TimelineMetadata::new_empty(Lsn(0x10), 16);
+    md.disk_consistent_lsn = Lsn(0x1f);
+    md.layers.push(crate::tenant::metadata::LayerEntry {
+        name: name.clone(),
+        size_bytes: 4,
+        level: crate::tenant::storage_layer::LayerLevel::L0,
+    });
+    let layer =
+        IndexLayer { level: IndexLevel::L0, file_size: 4, crc32c: 0, generation: Generation(1) };
+    let ip = index_part::IndexPart::new(Generation(2), &md, &[(name.clone(), layer)].into(), None);
+    let (ikey, lkey) = (index_key(t, tl, Generation(2)), layer_key(t, tl, &name, Generation(1)));
+    let (sized, at_download) = (SizeCheck::Missing, SizeCheck::AtDownload);
+    let missing = check_index_objects(&rs, t, tl, &ip, sized).await.unwrap();
+    assert_eq!(missing, vec![ikey.clone(), lkey.clone()]);
+    rs.put(&ikey, ip.to_json().into()).await.unwrap();
+    rs.put(&lkey, "abc".into()).await.unwrap(); // another size: missing to the uploader
+    assert_eq!(check_index_objects(&rs, t, tl, &ip, sized).await.unwrap(), vec![lkey.clone()]);
+    assert!(check_index_objects(&rs, t, tl, &ip, at_download).await.unwrap().is_empty());
+    rs.put(&lkey, "abcd".into()).await.unwrap();
+    assert!(check_index_objects(&rs, t, tl, &ip, sized).await.unwrap().is_empty());
+
+    assert!(restore_claim(&rs, t, Generation(2)).await.unwrap(), "no claim: written");
+    assert!(!restore_claim(&rs, t, Generation(2)).await.unwrap(), "there: left alone");
+    assert_eq!(newest_generation(&rs, t).await.unwrap(), Some(Generation(2)));
+    claim_generation(&rs, t, Generation(3)).await.unwrap();
+    assert!(matches!(restore_claim(&rs, t, Generation(1)).await, Err(ClaimError::Stale { .. })));
+    let many: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    assert!(name_objects(&many).ends_with("k9 and 2 more"), "{}", name_objects(&many));
+}

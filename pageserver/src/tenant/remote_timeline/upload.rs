@@ -6,8 +6,13 @@
 //! 1. upload every layer the target lists that remote storage lacks, as
 //!    `<name>-<own generation>` (`concurrency` at a time);
 //! 2. upload `index_part.json-<own generation>` listing exactly the
-//!    target's layers; only now is `remote_consistent_lsn` the target's
-//!    `disk_consistent_lsn`;
+//!    target's layers, then list the timeline's objects: only if the index
+//!    and every layer object it lists are there (at their sizes) is
+//!    `remote_consistent_lsn` now the target's `disk_consistent_lsn`.
+//!    Objects missing (the store lost them: a bucket deleted and
+//!    re-created) are forgotten as uploaded, the generation claim is
+//!    written again if it is gone, and the target is retried, which
+//!    uploads them again from the local layer files first;
 //! 3. objects no index lists any more (replaced layers, and layers uploaded
 //!    for a target that was superseded before its index) are queued for
 //!    deletion after `deletion_delay`; when due, they are deleted only if
@@ -18,6 +23,15 @@
 //! other, and the task moves on to the newest (a layer of a skipped
 //! target that is gone locally is not needed). Failures are retried with
 //! capped backoff (0.1 s doubling to 10 s), forever: nothing is dropped.
+//!
+//! With nothing to upload, the task lists the timeline's objects every
+//! `CHECK_PERIOD` (and at once when a download got a 404) and checks the
+//! last index the same way; a loss makes the newest target due again.
+//! A lost layer that is not on local disk (evicted, or never downloaded
+//! after an attach) cannot be restored from here: it stays known as
+//! uploaded (a download names the object), the index check fails naming
+//! it, retried, and `remote_consistent_lsn` stays where it is. Eviction only evicts layers
+//! known to be uploaded, so a layer forgotten as uploaded stays local.
 //!
 //! Backpressure: `pending_bytes` is the size of the target's layers not
 //! yet uploaded. A flush waits (`wait_for_queue_space`) while it is above
@@ -30,6 +44,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -37,8 +52,12 @@ use utils::lsn::Lsn;
 
 use super::client::{RemoteTimelineClient, UploadTarget};
 use super::index_part::{IndexLayer, IndexPart};
-use super::{index_key, newest_generation, Generation};
+use super::{
+    check_index_objects, index_key, name_objects, newest_generation, restore_claim, Generation,
+    SizeCheck,
+};
 use crate::metrics::remote as metrics;
+use crate::remote_storage::RemoteError;
 use crate::tenant::metadata::LayerEntry;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -55,17 +74,33 @@ impl RemoteTimelineClient {
     pub async fn upload_loop(self: Arc<Self>, cancel: CancellationToken) {
         let mut rx = self.target_rx();
         let mut backoff = MIN_BACKOFF;
+        let mut next_check = Instant::now() + self.check_period;
         loop {
             let target = rx.borrow_and_update().clone();
             let uploaded_seq = self.uploaded_seq.load(Ordering::Acquire);
+            let check_due = Instant::now() >= next_check
+                || self.check_requested.load(Ordering::Acquire);
             let work = match target {
-                Some(t) if t.seq > uploaded_seq => self.upload_target(&t, &cancel).await,
-                _ => self.run_due_deletions().await,
+                Some(t) if t.seq > uploaded_seq => {
+                    self.upload_target(&t, &cancel).await.map(|()| false)
+                }
+                _ if check_due => {
+                    next_check = Instant::now() + self.check_period;
+                    self.check_requested.store(false, Ordering::Release);
+                    let checked = self.check_uploaded().await;
+                    if checked.is_err() {
+                        self.check_requested.store(true, Ordering::Release); // retried
+                    }
+                    checked
+                }
+                _ => self.run_due_deletions().await.map(|()| false),
             };
             let wait = match work {
-                Ok(()) => {
+                Ok(true) => Some(Duration::ZERO), // a target is due again
+                Ok(false) => {
                     backoff = MIN_BACKOFF;
-                    self.until_next_deletion()
+                    let check = next_check.saturating_duration_since(Instant::now());
+                    Some(self.until_next_deletion().map_or(check, |d| d.min(check)))
                 }
                 Err(e) => {
                     metrics::OPERATION_ERRORS.with_label_values(&["upload"]).inc();
@@ -82,6 +117,7 @@ impl RemoteTimelineClient {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 r = rx.changed() => if r.is_err() { return },
+                _ = self.check_wake.notified() => {}
                 _ = sleep => {}
             }
         }
@@ -132,6 +168,14 @@ impl RemoteTimelineClient {
             // Replaced and deleted locally since: the newer target does not
             // list it (or the error stands and is retried).
             Err(_) if self.superseded(target) => return Ok(()),
+            Err(e @ RemoteError::Local { .. }) if !self.engine().exists(&local).await? => {
+                anyhow::bail!(
+                    "layer {name} of timeline {}/{} must be uploaded (remote storage does not \
+                     have it) but it is not on local disk: {e}",
+                    self.tenant_id,
+                    self.timeline_id
+                );
+            }
             Err(e) => return Err(e.into()),
         };
         anyhow::ensure!(
@@ -191,6 +235,22 @@ impl RemoteTimelineClient {
         let key = index_key(self.tenant_id, self.timeline_id, self.generation);
         self.storage().put(&key, index.to_json().into()).await?;
         metrics::record_upload("index", 0, started.elapsed());
+        let (t, tl) = (self.tenant_id, self.timeline_id);
+        let missing = check_index_objects(self.storage(), t, tl, &index, SizeCheck::Missing)
+            .await
+            .context("list the objects after uploading the index")?;
+        if !missing.is_empty() {
+            self.forget_missing(&index, &missing).await?;
+            anyhow::bail!(
+                "remote_consistent_lsn stays at {}: {} objects index {} lists are missing from \
+                 {} ({}); uploading them again",
+                self.remote_consistent_lsn().map_or("nothing".to_string(), |l| l.to_string()),
+                missing.len(),
+                self.storage().full_key(&key),
+                self.storage().describe(),
+                name_objects(&missing)
+            );
+        }
         let unlisted: Vec<(String, Generation)> = {
             let mut uploaded = self.uploaded.lock().unwrap();
             let gone: Vec<String> =
@@ -211,6 +271,70 @@ impl RemoteTimelineClient {
         self.uploaded_seq.store(target.seq, Ordering::Release);
         self.set_remote_consistent_lsn(lsn);
         self.update_pending();
+        Ok(())
+    }
+
+    /// The check of the last index uploaded (module comment): returns
+    /// whether objects were missing, so that the newest target is due again.
+    async fn check_uploaded(&self) -> anyhow::Result<bool> {
+        let Some(index) = self.last_index.lock().unwrap().clone() else { return Ok(false) };
+        let (t, tl) = (self.tenant_id, self.timeline_id);
+        self.restore_claim_if_lost().await?;
+        let missing = check_index_objects(self.storage(), t, tl, &index, SizeCheck::Missing)
+            .await
+            .context("check the uploaded objects")?;
+        if missing.is_empty() {
+            return Ok(false);
+        }
+        warn!(
+            "timeline {t}/{tl}: {} objects the uploaded index lists are missing from {} ({}); \
+             uploading them again",
+            missing.len(),
+            self.storage().describe(),
+            name_objects(&missing)
+        );
+        self.forget_missing(&index, &missing).await?;
+        self.uploaded_seq.store(0, Ordering::Release);
+        Ok(self.current_target().is_some())
+    }
+
+    /// `missing` (keys of objects `index` lists) are not in the store:
+    /// record them (`remote_consistent_lsn` stays), forget the layers on
+    /// local disk as uploaded so the next target uploads them again, and write the
+    /// generation claim again if the store lost it too.
+    async fn forget_missing(&self, index: &IndexPart, missing: &[String]) -> anyhow::Result<()> {
+        // Only layers on local disk can be uploaded again; one that is not
+        // stays known (its download names the object) and missing.
+        let mut local = Vec::new();
+        for (name, l) in &index.layers {
+            let key = self.object_key(name, l.generation);
+            if missing.contains(&key) && self.engine().exists(&self.dir().join(name)).await? {
+                local.push((name, l.generation));
+            }
+        }
+        {
+            let mut uploaded = self.uploaded.lock().unwrap();
+            for (name, generation) in local {
+                if uploaded.get(name).is_some_and(|u| u.generation == generation) {
+                    uploaded.remove(name);
+                }
+            }
+        }
+        self.update_pending();
+        let full: Vec<String> = missing.iter().map(|k| self.storage().full_key(k)).collect();
+        self.set_missing(full);
+        self.restore_claim_if_lost().await
+    }
+
+    /// Write this generation's claim again if the store lost it.
+    async fn restore_claim_if_lost(&self) -> anyhow::Result<()> {
+        let (t, g) = (self.tenant_id, self.generation);
+        match restore_claim(self.storage(), t, g).await {
+            Ok(true) => warn!("the claim of generation {g} of tenant {t} was missing: written again"),
+            Ok(false) => {}
+            Err(super::ClaimError::Stale { .. }) => {} // a newer attachment owns the tenant
+            Err(super::ClaimError::Remote(e)) => return Err(e.into()),
+        }
         Ok(())
     }
 
@@ -279,7 +403,7 @@ impl RemoteTimelineClient {
     }
 
     pub fn remote_consistent_lsn(&self) -> Option<Lsn> {
-        *self.remote_consistent.borrow()
+        self.remote_consistent.borrow().lsn
     }
 }
 

@@ -33,6 +33,11 @@ fn storage(root: &Path, extra: &str) -> Arc<RemoteStorage> {
 /// A new timeline at generation 1 with remote storage (`extra`: more
 /// `remote_storage` keys).
 async fn fixture(extra: &str) -> Fixture {
+    fixture_checking(extra, super::client::CHECK_PERIOD).await
+}
+
+/// [`fixture`] whose upload task checks the store every `period`.
+async fn fixture_checking(extra: &str, period: Duration) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let remote_root = dir.path().join("remote");
     let rs = storage(&remote_root, extra);
@@ -47,7 +52,8 @@ async fn fixture(extra: &str) -> Fixture {
     claim_generation(&rs, t, Generation(1)).await.unwrap();
     let engine = conf.io_engine.clone();
     let client =
-        RemoteTimelineClient::new(rs.clone(), engine, (t, id), Generation(1), tl_dir.clone(), None);
+        RemoteTimelineClient::new(rs.clone(), engine, (t, id), Generation(1), tl_dir.clone(), None)
+            .with_check_period(period);
     let globals = Arc::new(Globals::default());
     let cancel = CancellationToken::new();
     let tl =
@@ -176,4 +182,83 @@ async fn flushes_wait_for_a_full_queue_while_the_store_is_down() {
     assert_eq!(remote.pending_bytes(), 0);
     assert_eq!(&f.tl.get(Key::MIN.add(3), Lsn(0x40)).await.unwrap()[..], b"3@64");
     f.tl.shutdown(false, Duration::ZERO).await;
+}
+
+/// Every object the newest index lists is in the store, and the claim.
+async fn assert_complete(f: &Fixture) {
+    let (t, tl) = (f.tl.tenant_id, f.tl.timeline_id);
+    let ip = download_newest_index(&f.rs, t, tl, Generation(1)).await.unwrap().expect("an index");
+    assert!(!ip.layers.is_empty());
+    let missing = check_index_objects(&f.rs, t, tl, &ip, SizeCheck::Missing).await.unwrap();
+    assert!(missing.is_empty(), "the store lacks {missing:?}");
+    assert!(f.remote_root.join(format!("tenants/{t}/generations/00000001")).exists(), "claim");
+    let remote = f.tl.remote_client().unwrap();
+    assert!(remote.remote_consistency().missing.is_empty());
+}
+
+#[tokio::test]
+async fn a_lost_store_is_uploaded_again_before_remote_consistent_lsn_advances() {
+    let f = fixture("").await;
+    for i in 0..3u64 {
+        write_and_flush(&f.tl, 0..50, 0x20 + i * 0x10).await;
+    }
+    let remote = f.tl.remote_client().unwrap().clone();
+    assert!(remote.wait_uploaded(Lsn(0x40), Duration::from_secs(10)).await);
+    // The bucket is deleted and re-created empty.
+    std::fs::remove_dir_all(&f.remote_root).unwrap();
+    std::fs::create_dir_all(&f.remote_root).unwrap();
+    write_and_flush(&f.tl, 0..50, 0x50).await;
+    assert!(remote.wait_uploaded(Lsn(0x50), Duration::from_secs(10)).await);
+    assert_complete(&f).await;
+    assert_eq!(layer_objects(&f.rs, &f.tl).await.len(), 4, "every layer uploaded again");
+    f.tl.shutdown(false, Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn a_lost_layer_gone_locally_holds_remote_consistent_lsn() {
+    let f = fixture("").await;
+    write_and_flush(&f.tl, 0..50, 0x20).await;
+    write_and_flush(&f.tl, 0..50, 0x30).await;
+    let remote = f.tl.remote_client().unwrap().clone();
+    assert!(remote.wait_uploaded(Lsn(0x30), Duration::from_secs(10)).await);
+    let first = local_layers(&f.tl).await.into_iter().next().unwrap();
+    std::fs::remove_dir_all(&f.remote_root).unwrap();
+    std::fs::create_dir_all(&f.remote_root).unwrap();
+    std::fs::remove_file(f.tl.dir().join(&first)).unwrap(); // as if evicted
+    write_and_flush(&f.tl, 0..50, 0x40).await;
+    let r = remote.clone();
+    eventually("the loss is noticed", async || !r.remote_consistency().missing.is_empty()).await;
+    assert!(!remote.wait_uploaded(Lsn(0x40), Duration::from_millis(1500)).await);
+    assert_eq!(remote.remote_consistent_lsn(), Some(Lsn(0x30)), "vouched beyond the store");
+    assert_eq!(f.tl.durable_lsn(), Lsn(0x30));
+    let missing = remote.remote_consistency().missing;
+    assert!(missing.iter().any(|k| k.contains(&first)), "{missing:?} does not name {first}");
+    f.tl.shutdown(false, Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn a_404_and_the_periodic_check_restore_lost_objects_and_the_claim() {
+    for periodic in [false, true] {
+        let period = if periodic { Duration::from_millis(200) } else { Duration::from_secs(3600) };
+        let f = fixture_checking("", period).await;
+        write_and_flush(&f.tl, 0..50, 0x20).await;
+        let remote = f.tl.remote_client().unwrap().clone();
+        assert!(remote.wait_uploaded(Lsn(0x20), Duration::from_secs(10)).await);
+        let name = local_layers(&f.tl).await.into_iter().next().unwrap();
+        let key = remote.object_key(&name, Generation(1));
+        let t = f.tl.tenant_id;
+        std::fs::remove_file(f.remote_root.join(&key)).unwrap();
+        std::fs::remove_file(f.remote_root.join(format!("tenants/{t}/generations/00000001")))
+            .unwrap();
+        if !periodic {
+            let layer = crate::tenant::storage_layer::LayerName::parse(&name).unwrap();
+            let e = format!("{:#}", remote.download_layer(&layer).await.unwrap_err());
+            assert!(e.contains(&key) && e.contains("not found"), "{e}");
+        }
+        let path = f.remote_root.join(&key);
+        eventually("the object is uploaded again", async || path.exists()).await;
+        assert!(remote.wait_uploaded(Lsn(0x20), Duration::from_secs(10)).await);
+        assert_complete(&f).await;
+        f.tl.shutdown(false, Duration::ZERO).await;
+    }
 }

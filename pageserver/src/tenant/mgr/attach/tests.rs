@@ -237,3 +237,40 @@ async fn data_moves_with_the_tenant_and_the_prefetch_downloads_every_layer() {
     }
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn attach_refuses_an_index_listing_missing_objects_naming_them() {
+    let Sites { rdir, work_a: _work_a, work_b, rs, a, t, tl } = Sites::new().await;
+    let mut w = tl.writer().await;
+    w.put(Key::MIN.add(1), Lsn(0x18), &image(b"one")).await.unwrap();
+    w.finish_write(Lsn(0x18));
+    drop(w);
+    tl.freeze_and_flush().await.unwrap();
+    let (id, tl_id) = (t.id(), tl.timeline_id);
+    drop((t, tl));
+    a.set_location(id, LocationMode::Detached, WAIT).await.unwrap();
+    let ip = crate::tenant::remote_timeline::download_newest_index(&rs, id, tl_id, Generation(1))
+        .await
+        .unwrap()
+        .expect("the detach uploaded an index");
+    let (name, layer) = ip.layers.iter().next().expect("the index lists the flushed layer");
+    let key = crate::tenant::remote_timeline::layer_key(id, tl_id, name, layer.generation);
+    let path = object(rdir.path(), &key);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+
+    let b = pageserver(work_b.path(), Some(&rs)).await;
+    let msg = conflict(b.set_location(id, attached(2), WAIT).await);
+    assert!(msg.contains(&key) && msg.contains("missing"), "{msg}");
+    assert!(matches!(b.get_tenant(id), Err(TenantError::NotFound(_))));
+    assert!(!tenant_dir(&work_b, id).exists(), "a refused attach builds nothing");
+    // Once the object is back, the same generation attaches and reads.
+    std::fs::write(&path, &bytes).unwrap();
+    let Ok(LocationOutcome::Attached { tenant, .. }) = b.set_location(id, attached(2), WAIT).await
+    else {
+        panic!("attach failed with the object back");
+    };
+    let tl = tenant.get_timeline(tl_id).unwrap();
+    assert_eq!(&tl.get(Key::MIN.add(1), Lsn(0x18)).await.unwrap()[..], b"one");
+    b.shutdown().await;
+}
