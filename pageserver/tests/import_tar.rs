@@ -157,7 +157,7 @@ fn small_backup(version_last: bool) -> Vec<E> {
         E::File("base/5/t3_16400", pages(1, 0, 1)),
         E::Dir("base/1"),
         E::File("base/1/1259", pages(1259, 0, 2)),
-        E::Symlink("pg_tblspc/16500", "/somewhere/else"),
+        E::Dir("pg_tblspc"),
         E::Dir("pg_xact"),
         E::File("pg_xact/0000", pages(7, 0, 3)),
         E::File("pg_multixact/offsets/0000", pages(8, 0, 1)),
@@ -390,6 +390,13 @@ async fn bad_tars_are_rejected_and_leave_nothing() {
             e.pop();
         }),
         "no global/pg_control",
+    )
+    .await;
+    // A tablespace's files are in another tar of pg_basebackup -Ft.
+    expect_bad(
+        &env,
+        with(&|e| e.insert(5, E::Symlink("pg_tblspc/16500", "/somewhere/else"))),
+        "'pg_tblspc/16500' is a symlink to '/somewhere/else'",
     )
     .await;
     expect_bad(

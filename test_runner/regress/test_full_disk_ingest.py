@@ -18,7 +18,9 @@ import requests
 from fixtures.pagestream import parse_lsn
 from fixtures.wal_compare import compare_with_primary, follow_primary
 
-TMPFS_BYTES = 96 << 20
+# Room for the bootstrap, the WAL of the pgbench run below as in-memory
+# layers and their L0 flushes, and a margin.
+TMPFS_BYTES = 128 << 20
 # Left free by the filler: a few in-memory layer writes (256 KiB each).
 FREE_BYTES = 3 << 20
 PRIMARY_SETTINGS = {
@@ -86,7 +88,10 @@ def test_full_disk_during_ingest_resumes_without_panic(pageserver_factory, tmpfs
     with open(filler, "wb") as f:
         f.write(bytes(max(0, free_bytes(tmpfs_workdir) - FREE_BYTES)))
     bench = subprocess.Popen(
-        pg._cmd("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "2", "-T", "6", "postgres"),
+        # A fixed number of transactions (about 6 MB of WAL with images),
+        # not a duration: the space the run needs must not depend on the
+        # machine's speed. The WAL waits in the slot while the disk is full.
+        pg._cmd("pgbench", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "2", "-t", "400", "postgres"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
     )
     try:
