@@ -28,10 +28,16 @@ cargo build --release --features pageserver/testing --bins
 
 echo "== cargo test"
 cargo test --workspace --features pageserver/testing
+# The daemon's tests whose storage follows PAGESERVER_IO_ENGINE and
+# PAGESERVER_DIRECT_IO (StorageConf::for_tests); tests/crash.rs runs the
+# daemon binary on its own config and ran above (pytest covers crashes on
+# both engines).
+engine_tests=(--lib --test import_postgres --test import_tar --test page_service
+    --test page_service_extended --test page_service_metrics --test page_service_modes)
 echo "== cargo test: the daemon's storage and page service on the io-uring engine, direct IO"
-PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing
+PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing "${engine_tests[@]}"
 echo "== cargo test: the daemon's storage and page service on std-fs, direct IO"
-PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing
+PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing "${engine_tests[@]}"
 
 echo "== pytest: regress"
 export PAGESERVER_BIN="$PWD/target/release/pageserver"
