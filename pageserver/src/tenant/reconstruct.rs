@@ -105,7 +105,13 @@ pub fn reconstruct(
         // Once per read, after the last PostgreSQL record (not after each).
         redo::check_page(&page, last.rmid).map_err(|fault| PageReconstructError::Redo {
             key,
-            source: redo::RedoError { lsn: last.lsn, rmid: last.rmid, info: last.info, tag: last.tag, fault },
+            source: redo::RedoError {
+                lsn: last.lsn,
+                rmid: last.rmid,
+                info: last.info,
+                tag: last.tag,
+                fault,
+            },
         })?;
     }
     if from_record && cluster.data_checksums && key.is_rel_block() {

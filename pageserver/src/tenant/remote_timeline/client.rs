@@ -251,7 +251,8 @@ impl RemoteTimelineClient {
     /// and nothing is known missing, at most `timeout`; returns whether.
     pub async fn wait_uploaded(&self, lsn: Lsn, timeout: Duration) -> bool {
         let mut rx = self.remote_consistent.subscribe();
-        let complete = |s: &RemoteConsistency| s.missing.is_empty() && s.lsn.is_some_and(|l| l >= lsn);
+        let complete =
+            |s: &RemoteConsistency| s.missing.is_empty() && s.lsn.is_some_and(|l| l >= lsn);
         let reached = async { rx.wait_for(complete).await.is_ok() };
         tokio::time::timeout(timeout, reached).await.unwrap_or(false)
     }

@@ -78,8 +78,8 @@ impl RemoteTimelineClient {
         loop {
             let target = rx.borrow_and_update().clone();
             let uploaded_seq = self.uploaded_seq.load(Ordering::Acquire);
-            let check_due = Instant::now() >= next_check
-                || self.check_requested.load(Ordering::Acquire);
+            let check_due =
+                Instant::now() >= next_check || self.check_requested.load(Ordering::Acquire);
             let work = match target {
                 Some(t) if t.seq > uploaded_seq => {
                     self.upload_target(&t, &cancel).await.map(|()| false)
@@ -330,7 +330,9 @@ impl RemoteTimelineClient {
     async fn restore_claim_if_lost(&self) -> anyhow::Result<()> {
         let (t, g) = (self.tenant_id, self.generation);
         match restore_claim(self.storage(), t, g).await {
-            Ok(true) => warn!("the claim of generation {g} of tenant {t} was missing: written again"),
+            Ok(true) => {
+                warn!("the claim of generation {g} of tenant {t} was missing: written again")
+            }
             Ok(false) => {}
             Err(super::ClaimError::Stale { .. }) => {} // a newer attachment owns the tenant
             Err(super::ClaimError::Remote(e)) => return Err(e.into()),
