@@ -75,22 +75,12 @@ pub fn checkpoint_record_lsn(lsn: Lsn, seg_size: u64) -> Lsn {
     }
 }
 
-/// The segment holding `start` (a [`normalize_lsn`] position), with page
-/// headers up to it and, if given, `record` (whole record bytes) at it.
-/// Panics if `start` is not a record position or the record does not fit
-/// in the segment (callers use [`checkpoint_record_lsn`]). Holds the whole
-/// segment: [`SegmentStub`] makes it one page at a time.
-pub fn generate_segment(p: &SegmentParams, start: Lsn, record: Option<&[u8]>) -> Vec<u8> {
-    let stub = SegmentStub::new(p, start, record);
-    let mut seg = vec![0u8; p.seg_size as usize];
-    for (page, out) in seg.chunks_exact_mut(XLOG_BLCKSZ).enumerate() {
-        stub.page(page, out);
-    }
-    seg
-}
-
-/// The segment of [`generate_segment`], page by page: memory is the pages
-/// the record touches (at most two), whatever the segment size.
+/// The segment holding `start` (a [`normalize_lsn`] position), page by
+/// page: the page headers up to `start` and, if given, `record` (whole
+/// record bytes) at it. Memory is the pages the record touches (at most
+/// two), whatever the segment size. Panics if `start` is not a record
+/// position or the record does not fit in the segment (callers use
+/// [`checkpoint_record_lsn`]).
 pub struct SegmentStub {
     p: SegmentParams,
     seg_start: u64,
@@ -101,7 +91,7 @@ pub struct SegmentStub {
 }
 
 impl SegmentStub {
-    /// Panics as [`generate_segment`] does.
+    /// Panics as the type says.
     pub fn new(p: &SegmentParams, start: Lsn, record: Option<&[u8]>) -> SegmentStub {
         assert!(p.seg_size.is_power_of_two() && p.seg_size >= XLOG_BLCKSZ as u64);
         assert_eq!(start, normalize_lsn(start, p.seg_size), "{start} is inside a page header");

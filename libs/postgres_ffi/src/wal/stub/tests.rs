@@ -136,3 +136,13 @@ fn reader_from_segment_start_skips_to_the_record() {
     assert_eq!(pos as u64, start.0 % p.seg_size);
     assert_eq!(u32_at(&seg, pos), CHECKPOINT_RECORD_LEN as u32);
 }
+
+/// The whole segment in memory, from its pages.
+fn generate_segment(p: &SegmentParams, start: Lsn, record: Option<&[u8]>) -> Vec<u8> {
+    let stub = SegmentStub::new(p, start, record);
+    let mut seg = vec![0u8; p.seg_size as usize];
+    for (page, out) in seg.chunks_exact_mut(XLOG_BLCKSZ).enumerate() {
+        stub.page(page, out);
+    }
+    seg
+}
