@@ -118,9 +118,20 @@ impl RemoteTimeline {
         testing::client(&self.storage, &self.conf.io_engine, self.ids, &self.dir, layers)
     }
 
-    /// Load the timeline with a client listing every uploaded layer.
+    /// Load the timeline with a client listing every uploaded layer, and
+    /// wait for the index upload that loading schedules (the client's index
+    /// says LSN 0). That upload lists the store after writing the index: a
+    /// [`Self::store_down`] in between made the listing empty, every layer
+    /// "missing" and not evictable (a flaky eviction test).
     pub(crate) async fn load(&self) -> Arc<Timeline> {
-        self.try_load(self.client_of(self.uploaded.clone())).await.unwrap()
+        let tl = self.try_load(self.client_of(self.uploaded.clone())).await.unwrap();
+        let client = tl.remote_client().expect("loaded with a remote client");
+        let lsn = tl.get_disk_consistent_lsn();
+        assert!(
+            client.wait_uploaded(lsn, Duration::from_secs(30)).await,
+            "index at {lsn} uploaded"
+        );
+        tl
     }
 
     pub(crate) async fn try_load(
