@@ -36,8 +36,10 @@ engine_tests=(--lib --test import_postgres --test import_tar --test page_service
     --test page_service_extended --test page_service_metrics --test page_service_modes)
 echo "== cargo test: the daemon's storage and page service on the io-uring engine, direct IO"
 PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing "${engine_tests[@]}"
-echo "== cargo test: the daemon's storage and page service on std-fs, direct IO"
-PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing "${engine_tests[@]}"
+# std-fs with direct IO: the storage tests only (the page service reads
+# through the same layer code, tested here and on io-uring above).
+echo "== cargo test: the daemon's storage on std-fs, direct IO"
+PAGESERVER_DIRECT_IO=true cargo test -p pageserver --features pageserver/testing --lib --test import_postgres --test import_tar
 
 echo "== pytest: regress"
 export PAGESERVER_BIN="$PWD/target/release/pageserver"
@@ -57,10 +59,15 @@ run_pytest() {
 run_pytest -q test_runner/regress
 echo "== pytest: regress on the io-uring engine with direct IO"
 # The engine does the same file IO whatever the major: one major here (the
-# first pass ran all four). Native redo's suite is about WAL records and
-# pages, not file IO: once is enough.
+# first pass ran all four). Suites about WAL records, protocols, config,
+# limits and metrics do no storage IO of their own: once is enough.
+not_io=(native_redo config wal_refusals page_service_protocol pagestream_golden
+    extended_protocol client_limits minio_fixture metrics bootstrap_verify checkpoint_fields
+    fullbackup_errors backup_limits)
+ignore=()
+for t in "${not_io[@]}"; do ignore+=("--ignore=test_runner/regress/test_$t.py"); done
 PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true run_pytest -q test_runner/regress \
-    --majors=15 --ignore=test_runner/regress/test_native_redo.py
+    --majors=15 "${ignore[@]}"
 
 echo "== pytest: performance smoke"
 run_pytest -q test_runner/performance --perf-smoke
