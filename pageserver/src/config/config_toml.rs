@@ -57,6 +57,9 @@ pub struct ConfigToml {
     pub page_service_max_connections: Option<usize>,
     /// Page service connection threads; default: one per CPU; 0: none.
     pub page_service_threads: Option<usize>,
+    /// The benchmark floor: every GetPage answered with a constant page,
+    /// no storage read. Builds with the `testing` feature only.
+    pub page_service_constant_pages: bool,
     /// Default: see `config/fd_budget.rs`.
     pub http_max_connections: Option<usize>,
     pub http_max_concurrent_requests: usize,
@@ -156,6 +159,7 @@ impl Default for ConfigToml {
             authentication_timeout: duration(DEFAULT_AUTHENTICATION_TIMEOUT),
             page_service_max_connections: None,
             page_service_threads: None,
+            page_service_constant_pages: false,
             http_max_connections: None,
             http_max_concurrent_requests: DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS,
             http_header_read_timeout: duration(DEFAULT_HTTP_HEADER_READ_TIMEOUT),

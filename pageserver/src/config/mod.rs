@@ -96,6 +96,8 @@ pub struct PageServerConf {
     /// Page service connection threads (`page_service_threads`; 0: none,
     /// connections run on the daemon's runtime).
     pub page_service_threads: usize,
+    /// The benchmark floor (`page_service_constant_pages`, testing builds).
+    pub page_service_constant_pages: bool,
     /// Descriptor limits: open layer files, page service and HTTP connections.
     pub fd_budget: FdBudget,
     pub http: HttpConf,
@@ -160,6 +162,7 @@ impl PageServerConf {
             authentication_timeout,
             page_service_max_connections,
             page_service_threads,
+            page_service_constant_pages,
             http_max_connections,
             http_max_concurrent_requests,
             http_header_read_timeout,
@@ -245,6 +248,14 @@ impl PageServerConf {
         )?;
         let page_service_threads =
             page_service_threads.unwrap_or_else(|| crate::page_service::default_threads().get());
+        if page_service_constant_pages && !cfg!(feature = "testing") {
+            return Err(key_err(
+                "page_service_constant_pages",
+                "the benchmark floor serves a constant page for every GetPage, whatever the \
+                 data: it exists only in builds with the testing feature"
+                    .to_string(),
+            ));
+        }
         let page_service = PageServiceConf {
             pipelining: page_service_pipelining.clone(),
             auth_type: pg_auth_type,
@@ -252,6 +263,7 @@ impl PageServerConf {
             authentication_timeout,
             max_connections: fd_budget.page_service_max_connections,
             threads: page_service_threads,
+            constant_pages: page_service_constant_pages,
         };
         check_page_service(&page_service, max_get_vectored_keys)?;
         let io_engine = IoEngine::with_max_open_files(io_engine, fd_budget.max_open_files)
@@ -283,6 +295,7 @@ impl PageServerConf {
             shutdown_timeout,
             authentication_timeout,
             page_service_threads,
+            page_service_constant_pages,
             fd_budget,
             http,
             walreceiver,
@@ -329,6 +342,7 @@ impl PageServerConf {
             authentication_timeout: self.authentication_timeout,
             max_connections: self.fd_budget.page_service_max_connections,
             threads: self.page_service_threads,
+            constant_pages: self.page_service_constant_pages,
         }
     }
 

@@ -510,3 +510,16 @@ fn eviction_settings_reach_the_storage_conf() {
         err_naming(&[&remote, "disk_usage_based_eviction={bogus=1}"], "disk_usage_based_eviction");
     assert!(msg.contains("bogus"), "{msg}");
 }
+
+/// The benchmark floor serves wrong data by design: a production build
+/// refuses the key, naming it; a testing build accepts it.
+#[test]
+fn constant_pages_only_in_testing_builds() {
+    let key = "page_service_constant_pages=true";
+    if cfg!(feature = "testing") {
+        assert!(load(&[key]).unwrap().page_service_constant_pages);
+    } else {
+        err_naming(&[key], "page_service_constant_pages");
+    }
+    assert!(!load(&[]).unwrap().page_service_constant_pages);
+}

@@ -55,7 +55,12 @@ pub struct ExecCtx<'a> {
     pub cancel: &'a CancellationToken,
     /// Pipelined mode: record batch break reasons.
     pub pipelined: bool,
+    /// The benchmark floor: GetPages answered with [`CONSTANT_PAGE`].
+    pub constant_pages: bool,
 }
+
+/// The page of the benchmark floor (`page_service_constant_pages`).
+pub static CONSTANT_PAGE: [u8; BLCKSZ] = [0x5a; BLCKSZ];
 
 /// The stream's end when the client closed the connection while a request
 /// of it was still executing: the work is abandoned, nothing is written.
@@ -201,6 +206,17 @@ async fn execute_getpages(
         METRICS.batch_break_reason(reason).inc();
     }
     let hist = METRICS.smgr_query_seconds(SmgrQueryType::GetPageAtLsn);
+    if ctx.constant_pages {
+        for (i, item) in batch.pages.iter().enumerate() {
+            let page = bytes::Bytes::from_static(&CONSTANT_PAGE);
+            hist.observe(started.elapsed().as_secs_f64());
+            answers.put(
+                i,
+                PagestreamBeMessage::GetPage(PagestreamGetPageResponse { req: item.req, page }),
+            );
+        }
+        return Ok(());
+    }
 
     let mut shutdown = false;
     let read = match wait_for(ctx, batch.max_lsn).await {

@@ -86,6 +86,9 @@ pub struct PageServiceConf {
     /// Connection threads (`page_service_threads`; default: one per CPU;
     /// 0: connections are tasks of the daemon's runtime).
     pub threads: usize,
+    /// The benchmark floor (`page_service_constant_pages`): every GetPage
+    /// is answered with [`execute::CONSTANT_PAGE`], no storage read.
+    pub constant_pages: bool,
 }
 
 /// One connection thread per CPU.
@@ -104,6 +107,7 @@ impl Default for PageServiceConf {
             authentication_timeout: Duration::from_secs(10),
             max_connections: 1000,
             threads: default_threads().get(),
+            constant_pages: false,
         }
     }
 }

@@ -120,6 +120,7 @@ pub async fn run(
     tl: Arc<Timeline>,
     version: PagestreamProtocolVersion,
     conf: &PageServicePipeliningConfigPipelined,
+    constant_pages: bool,
     cancel: &CancellationToken,
 ) -> (Result<(), QueryError>, Option<FrameReader>) {
     let (tx, rx) = spsc_fold::channel::<BatchedFeMessage>();
@@ -138,7 +139,7 @@ pub async fn run(
         client_gone.clone(),
     );
     let exec_half = async {
-        let ctx = ExecCtx { tl: &tl, version, cancel, pipelined: true };
+        let ctx = ExecCtx { tl: &tl, version, cancel, pipelined: true, constant_pages };
         let slots =
             Slots { max: in_flight, min_pages: conf.max_batch_size.get().div_ceil(in_flight) };
         let res = exec_loop(rx, writer, &ctx, slots, &client_gone).await;

@@ -21,9 +21,10 @@ pub async fn run(
     writer: &mut FrameWriter,
     tl: &Timeline,
     version: PagestreamProtocolVersion,
+    constant_pages: bool,
     cancel: &CancellationToken,
 ) -> Result<(), QueryError> {
-    let ctx = ExecCtx { tl, version, cancel, pipelined: false };
+    let ctx = ExecCtx { tl, version, cancel, pipelined: false, constant_pages };
     loop {
         let Some(work) = next_request(reader, tl, version, cancel).await? else {
             return Ok(());

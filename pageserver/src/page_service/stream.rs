@@ -24,7 +24,7 @@ use pageserver_api::pagestream::PagestreamProtocolVersion;
 use tokio_util::sync::CancellationToken;
 
 use super::error::QueryError;
-use super::{pipelined, serial};
+use super::{pipelined, serial, PageServiceConf};
 use crate::tenant::Timeline;
 use pq_proto::{FrameReader, FrameWriter};
 
@@ -35,7 +35,7 @@ pub async fn run(
     writer: &mut FrameWriter,
     tl: Arc<Timeline>,
     version: PagestreamProtocolVersion,
-    pipelining: &PageServicePipeliningConfig,
+    conf: &PageServiceConf,
     conn_cancel: &CancellationToken,
 ) -> (Result<(), QueryError>, Option<FrameReader>) {
     // The stream ends when the connection is cancelled (daemon shutdown) or
@@ -51,13 +51,14 @@ pub async fn run(
             }
         })
     };
-    let (res, reader) = match pipelining {
+    let constant_pages = conf.constant_pages;
+    let (res, reader) = match &conf.pipelining {
         PageServicePipeliningConfig::Serial => {
-            let res = serial::run(&mut reader, writer, &tl, version, &cancel).await;
+            let res = serial::run(&mut reader, writer, &tl, version, constant_pages, &cancel).await;
             (res, Some(reader))
         }
         PageServicePipeliningConfig::Pipelined(p) => {
-            pipelined::run(reader, writer, tl.clone(), version, p, &cancel).await
+            pipelined::run(reader, writer, tl.clone(), version, p, constant_pages, &cancel).await
         }
     };
     cancel.cancel();

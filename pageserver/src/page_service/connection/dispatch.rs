@@ -233,9 +233,9 @@ impl Connection {
         self.writer.flush(&self.cancel).await?;
         info!("{} started pagestream {version:?} of {tenant}/{timeline}", self.peer);
         let reader = self.reader.take().expect("one pagestream per session");
-        let pipelining = &self.state.conf.pipelining;
+        let conf = &self.state.conf;
         let (res, reader) =
-            stream::run(reader, &mut self.writer, tl, version, pipelining, &self.cancel).await;
+            stream::run(reader, &mut self.writer, tl, version, conf, &self.cancel).await;
         self.reader = reader;
         match &res {
             Ok(()) => info!("{} ended pagestream of {tenant}/{timeline}", self.peer),
