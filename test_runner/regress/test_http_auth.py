@@ -13,6 +13,7 @@ import pytest
 from fixtures.compare import import_backup
 from fixtures.http import PageserverApiError, PageserverHttpClient
 from fixtures.jwt import PRIVATE_KEY_B, PUBLIC_KEY_A, pageserverapi_token, sign, tenant_token
+from fixtures.pagebench import run_pagebench
 
 JWT_OVERRIDES = {"http_auth_type": "jwt", "auth_validation_public_key_path": str(PUBLIC_KEY_A)}
 
@@ -86,6 +87,17 @@ def test_http_api_needs_a_token_of_the_right_scope(pageserver_factory, small_bac
         status, msg = refused(as_a, method, path, json=body)
         assert status == 403 and "pageserverapi" in msg and a.tenant_id in msg, (method, path, status, msg)
     unchanged()
+
+    # pagebench reads the keyspace through the API with a token, not without.
+    with pytest.raises(RuntimeError, match="401"):
+        run_pagebench(ps, runtime="1s", targets=[f"{a.tenant_id}/{a.timeline_id}"])
+    result = run_pagebench(
+        ps,
+        runtime="1s",
+        extra_args=["--pageserver-jwt", tenant_token(a.tenant_id)],
+        targets=[f"{a.tenant_id}/{a.timeline_id}"],
+    )
+    assert result.total["request_count"] > 0
 
     # pageserverapi: everything.
     assert admin.io_engine()

@@ -324,7 +324,7 @@ fn http_jwt_auth_loads_the_shared_key() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("auth_public_key.pem"), TEST_PUBLIC_KEY).unwrap();
     let key = "auth_validation_public_key_path=\"auth_public_key.pem\"".to_string();
-    let conf = PageServerConf::load(dir.path(), None, &[key.clone()]).unwrap();
+    let conf = PageServerConf::load(dir.path(), None, std::slice::from_ref(&key)).unwrap();
     assert!(conf.http.auth.is_none(), "trust is the default");
     assert_eq!(conf.http.auth_open_routes, ["/v1/status", "/metrics"]);
     let overrides =

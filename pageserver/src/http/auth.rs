@@ -20,7 +20,8 @@
 //!
 //! Outcomes: no usable token is a 401 naming why (no header, not `Bearer`,
 //! bad signature, expired, ...) with `WWW-Authenticate: Bearer`; a valid token
-//! without the access is a 403 naming the tenant it grants. Both in the
+//! without the access is a 403 naming the tenant it grants (or its scope,
+//! when that is neither of ours). Both in the
 //! API's `{"msg"}` shape, counted in the request metrics like any response.
 //! The check runs after routing and before the handler, so a refused request
 //! changes nothing.
@@ -93,7 +94,7 @@ async fn authorize(auth: &HttpAuth, req: Request) -> Result<Request, ApiError> {
     if access == Access::Open {
         return Ok(req);
     }
-    let claims = auth.jwt.decode(bearer_token(req.headers())?).map_err(unauthorized)?;
+    let claims = auth.jwt.verify(bearer_token(req.headers())?).map_err(unauthorized)?;
     if access == Access::Management {
         check_management_permission(&claims).map_err(forbidden)?;
         return Ok(req);

@@ -107,6 +107,10 @@ async fn routes_need_a_token_of_their_scope() {
     refused(&s, Method::GET, "/v1/tenant", Some(&wrong_key), unauth, "bad signature").await;
     let expired = sign(PRIVATE_A, json!({"scope": "pageserverapi", "exp": 1000}));
     refused(&s, Method::GET, "/v1/tenant", Some(&expired), unauth, "expired").await;
+    // A signed token of a scope that is not ours proves who sent it: 403.
+    let foreign = sign(PRIVATE_A, json!({"scope": "safekeeperdata"}));
+    refused(&s, Method::GET, "/v1/tenant", Some(&foreign), StatusCode::FORBIDDEN, "not accepted")
+        .await;
     let (status, _, _) = send(&s, Method::GET, &format!("/v1/tenant/{a}"), Some(&admin)).await;
     assert_eq!(status, StatusCode::OK, "the refused DELETE deleted nothing");
 
