@@ -32,6 +32,10 @@ pub struct Args {
     /// Base URL of the management API.
     #[arg(long, default_value = "http://127.0.0.1:9898")]
     mgmt_api_endpoint: String,
+    /// JWT for the management API (`http_auth_type = "jwt"`): scope
+    /// `pageserverapi` to list the tenants, or a tenant's token with targets.
+    #[arg(long)]
+    pageserver_jwt: Option<String>,
     /// libpq URL of the page service (a password is sent as the JWT if asked).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:64000")]
     page_service_connstring: String,
@@ -120,7 +124,7 @@ struct TimelineWork {
 }
 
 async fn resolve_work(args: &Args, mut targets: Vec<Target>) -> anyhow::Result<Vec<TimelineWork>> {
-    let api = MgmtApiClient::new(&args.mgmt_api_endpoint)?;
+    let api = MgmtApiClient::new(&args.mgmt_api_endpoint, args.pageserver_jwt.as_deref())?;
     if targets.is_empty() {
         for tenant in api.list_tenants().await? {
             for timeline in api.list_timelines(tenant).await? {

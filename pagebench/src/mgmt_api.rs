@@ -2,7 +2,8 @@
 //! generator needs (list tenants, list a tenant's timelines, a timeline's
 //! keyspace). Only the fields used here are deserialized, so additions to the
 //! API do not break the tool. Requests carry `content-type: application/json`
-//! and a `null` body even on GET, as Neon's client does.
+//! and a `null` body even on GET, as Neon's client does, and
+//! `Authorization: Bearer <jwt>` when given one (`http_auth_type = "jwt"`).
 
 use anyhow::{bail, Context};
 use pageserver_api::key::Key;
@@ -13,6 +14,8 @@ use utils::lsn::Lsn;
 pub struct MgmtApiClient {
     endpoint: String,
     http: reqwest::Client,
+    /// Sent as a Bearer token.
+    jwt: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -33,24 +36,25 @@ pub struct KeyspaceResponse {
 }
 
 impl MgmtApiClient {
-    pub fn new(endpoint: &str) -> anyhow::Result<MgmtApiClient> {
+    pub fn new(endpoint: &str, jwt: Option<&str>) -> anyhow::Result<MgmtApiClient> {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
             .build()
             .context("build HTTP client")?;
-        Ok(MgmtApiClient { endpoint: endpoint.trim_end_matches('/').to_string(), http })
+        Ok(MgmtApiClient {
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            http,
+            jwt: jwt.map(str::to_string),
+        })
     }
 
     async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         let url = format!("{}{}", self.endpoint, path);
-        let resp = self
-            .http
-            .get(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body("null")
-            .send()
-            .await
-            .with_context(|| format!("GET {url}"))?;
+        let mut req = self.http.get(&url).header(reqwest::header::CONTENT_TYPE, "application/json");
+        if let Some(jwt) = &self.jwt {
+            req = req.bearer_auth(jwt);
+        }
+        let resp = req.body("null").send().await.with_context(|| format!("GET {url}"))?;
         let status = resp.status();
         let body = resp.bytes().await.with_context(|| format!("read body of GET {url}"))?;
         if !status.is_success() {

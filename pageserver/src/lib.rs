@@ -5,6 +5,7 @@
 //! (PostgreSQL concepts on top of keys), `import` (base backups), `page_service`
 //! (libpq pagestream), `http` (management API), `metrics` (Prometheus).
 
+pub mod auth;
 pub mod background;
 pub mod basebackup;
 pub mod config;

@@ -1,6 +1,6 @@
 //! Configuration types shared by the daemon and tools.
 //!
-//! `pg_auth_type`: `"trust"` or `"jwt"` ([`AuthType`]).
+//! `pg_auth_type`, `http_auth_type`: `"trust"` or `"jwt"` ([`AuthType`]).
 //!
 //! `page_service_pipelining` (TOML), in Neon's shape:
 //! `{ mode = "serial" }` or `{ mode = "pipelined", max_batch_size = 32,
@@ -11,13 +11,15 @@ use std::num::NonZeroUsize;
 
 use serde::{Deserialize, Serialize};
 
-/// How page service clients authenticate (`pg_auth_type`).
+/// How page service clients (`pg_auth_type`) or HTTP API clients
+/// (`http_auth_type`) authenticate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthType {
     /// Anyone who can connect is let in.
     Trust,
-    /// The password is a JWT signed with EdDSA, checked against
+    /// The password (page service) or the `Authorization: Bearer` token
+    /// (HTTP) is a JWT signed with EdDSA, checked against
     /// `auth_validation_public_key_path`; its claims scope the tenant.
     Jwt,
 }

@@ -67,6 +67,11 @@ pub struct ConfigToml {
     pub http_header_read_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub http_body_read_timeout: Duration,
+    /// HTTP API auth: `"trust"` or `"jwt"` (`Authorization: Bearer`, checked
+    /// with `auth_validation_public_key_path`).
+    pub http_auth_type: AuthType,
+    /// Routes that need no token with `http_auth_type = "jwt"`.
+    pub http_auth_open_routes: Vec<String>,
     #[serde(with = "humantime_serde")]
     pub wal_receiver_status_interval: Duration,
     #[serde(with = "humantime_serde")]
@@ -164,6 +169,11 @@ impl Default for ConfigToml {
             http_max_concurrent_requests: DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS,
             http_header_read_timeout: duration(DEFAULT_HTTP_HEADER_READ_TIMEOUT),
             http_body_read_timeout: duration(DEFAULT_HTTP_BODY_READ_TIMEOUT),
+            http_auth_type: AuthType::Trust,
+            http_auth_open_routes: DEFAULT_HTTP_AUTH_OPEN_ROUTES
+                .iter()
+                .map(|r| r.to_string())
+                .collect(),
             wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
             wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
             wal_redo_check: false,

@@ -31,6 +31,10 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: &str = "10 s";
 /// shorter because our clients are programs, not people typing passwords).
 pub const DEFAULT_AUTHENTICATION_TIMEOUT: &str = "10 s";
 
+/// Routes served without a token with `http_auth_type = "jwt"`: the only
+/// two that may be (`crate::http::OPENABLE_ROUTES`).
+pub const DEFAULT_HTTP_AUTH_OPEN_ROUTES: &[&str] = &["/v1/status", "/metrics"];
+
 /// Requests the HTTP API runs at once; more get a 503.
 pub const DEFAULT_HTTP_MAX_CONCURRENT_REQUESTS: usize = 64;
 

@@ -32,6 +32,7 @@ use io_engine::{IoEngine, IoEngineKind};
 use pageserver_api::config::PageServicePipeliningConfig;
 use serde::Deserialize;
 
+use crate::auth::JwtAuth;
 use crate::basebackup::limits::BackupLimits;
 use crate::http::HttpConf;
 use crate::page_service::PageServiceConf;
@@ -167,6 +168,8 @@ impl PageServerConf {
             http_max_concurrent_requests,
             http_header_read_timeout,
             http_body_read_timeout,
+            http_auth_type,
+            http_auth_open_routes,
             wal_receiver_status_interval,
             wal_receiver_idle_flush,
             wal_redo_check,
@@ -273,6 +276,8 @@ impl PageServerConf {
             body_read_timeout: http_body_read_timeout,
             max_connections: fd_budget.http_max_connections,
             max_concurrent_requests: http_max_concurrent_requests,
+            auth: check_http_auth(http_auth_type, auth_validation_public_key_path.as_deref())?,
+            auth_open_routes: check_open_routes(http_auth_open_routes)?,
         };
 
         Ok(PageServerConf {
@@ -443,6 +448,39 @@ fn check_page_service(
     ps.validate(max_get_vectored_keys).map_err(|msg| split_key(msg, "page_service_pipelining"))?;
     ps.load_auth().map_err(|e| key_err("auth_validation_public_key_path", format!("{e:#}")))?;
     Ok(())
+}
+
+/// `http_auth_type`: with `"jwt"`, the key that checks the HTTP API's tokens
+/// (the page service's key; loaded here, so a bad one fails start-up).
+fn check_http_auth(
+    auth_type: AuthType,
+    key_path: Option<&Path>,
+) -> Result<Option<Arc<JwtAuth>>, ConfigError> {
+    const KEY: &str = "auth_validation_public_key_path";
+    match (auth_type, key_path) {
+        (AuthType::Trust, _) => Ok(None),
+        (AuthType::Jwt, None) => Err(key_err(KEY, "required when http_auth_type = \"jwt\"")),
+        (AuthType::Jwt, Some(path)) => JwtAuth::from_key_path(path)
+            .map(|auth| Some(Arc::new(auth)))
+            .map_err(|e| key_err(KEY, format!("{e:#}"))),
+    }
+}
+
+/// `http_auth_open_routes`: a subset of [`crate::http::OPENABLE_ROUTES`].
+fn check_open_routes(routes: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    for route in &routes {
+        if !crate::http::OPENABLE_ROUTES.contains(&route.as_str()) {
+            return Err(key_err(
+                "http_auth_open_routes",
+                format!(
+                    "{} cannot be opened: only {} can (they carry no tenant data)",
+                    utils::quote::quote(route),
+                    crate::http::OPENABLE_ROUTES.join(" and ")
+                ),
+            ));
+        }
+    }
+    Ok(routes)
 }
 
 /// The config file: a regular file of at most [`MAX_CONFIG_FILE_BYTES`]

@@ -195,6 +195,14 @@ fn every_error_names_its_key() {
     );
     assert!(msg.contains("max_get_vectored_keys"), "{msg}");
     err_naming(&["pg_auth_type=\"jwt\""], "auth_validation_public_key_path");
+    let msg = err_naming(&["http_auth_type=\"jwt\""], "auth_validation_public_key_path");
+    assert!(msg.contains("http_auth_type"), "{msg}");
+    err_naming(&["http_auth_type=\"password\""], "http_auth_type");
+    let msg = err_naming(
+        &["http_auth_open_routes=[\"/v1/tenant/{tenant_id}/timeline/{timeline_id}/fullbackup\"]"],
+        "http_auth_open_routes",
+    );
+    assert!(msg.contains("fullbackup") && msg.contains("/metrics"), "{msg}");
     err_naming(
         &["auth_validation_public_key_path=\"/nonexistent/key.pem\""],
         "auth_validation_public_key_path",
@@ -269,6 +277,8 @@ fn sample_config_file_is_exactly_the_defaults() {
             "compaction_threshold",
             "gc_horizon",
             "gc_period",
+            "http_auth_open_routes",
+            "http_auth_type",
             "http_body_read_timeout",
             "http_header_read_timeout",
             "http_max_concurrent_requests",
@@ -307,6 +317,25 @@ fn sample_config_file_is_exactly_the_defaults() {
         assert!(text.contains(&format!("# {commented} = ")), "{commented}");
     }
     assert_eq!(ConfigToml::from_table(table).unwrap(), ConfigToml::default());
+}
+
+#[test]
+fn http_jwt_auth_loads_the_shared_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("auth_public_key.pem"), TEST_PUBLIC_KEY).unwrap();
+    let key = "auth_validation_public_key_path=\"auth_public_key.pem\"".to_string();
+    let conf = PageServerConf::load(dir.path(), None, std::slice::from_ref(&key)).unwrap();
+    assert!(conf.http.auth.is_none(), "trust is the default");
+    assert_eq!(conf.http.auth_open_routes, ["/v1/status", "/metrics"]);
+    let overrides =
+        [key, "http_auth_type=\"jwt\"".to_string(), "http_auth_open_routes=[]".to_string()];
+    let conf = PageServerConf::load(dir.path(), None, &overrides).unwrap();
+    assert!(conf.http.auth.is_some());
+    assert!(conf.http.auth_open_routes.is_empty());
+    assert_eq!(conf.pg_auth_type, AuthType::Trust, "the page service keeps its own setting");
+    std::fs::write(dir.path().join("auth_public_key.pem"), "not a key").unwrap();
+    let err = PageServerConf::load(dir.path(), None, &overrides).unwrap_err().to_string();
+    assert!(err.contains("`auth_validation_public_key_path`"), "{err}");
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! HTTP status codes. Every error response is `{"msg": "..."}`.
 //!
 //! Mapping (the contract documented in `docs/http-api.md`):
-//! 400 bad id / LSN / key / body, 404 unknown tenant / timeline / key,
+//! 400 bad id / LSN / key / body, 401 no valid token, 403 a token without the
+//! access, 404 unknown tenant / timeline / key,
 //! 409 already exists or a conflict (generations), 503 shutting down, busy
 //! or uploads not finished, 500 anything else.
 //!
@@ -31,6 +32,12 @@ pub const MAX_ERROR_MESSAGE_CHARS: usize = 1024;
 pub enum ApiError {
     #[error("{0}")]
     BadRequest(String),
+    /// No token, or one that proves nothing (`http_auth_type = "jwt"`).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A valid token that does not grant the route.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -58,6 +65,8 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -88,7 +97,15 @@ impl IntoResponse for ApiError {
         } else {
             info!(status = status.as_u16(), "HTTP request rejected: {msg}");
         }
-        (status, Json(HttpErrorBody { msg })).into_response()
+        let mut response = (status, Json(HttpErrorBody { msg })).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            // RFC 6750: a 401 names the scheme the client should use.
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }
 

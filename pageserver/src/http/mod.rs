@@ -1,6 +1,9 @@
 //! The HTTP management API (axum on hyper) and `GET /metrics`.
 //!
 //! Contract (documented route by route in `docs/http-api.md`):
+//! - with `http_auth_type = "jwt"` every route but the open ones
+//!   (`/v1/status`, `/metrics`) needs a Bearer JWT whose scope covers it
+//!   (`auth.rs`); with `"trust"` every route is open to anyone who can connect;
 //! - JSON in and out; every error is `{"msg": "..."}` with a 4xx/5xx status
 //!   (`error.rs`), including unknown routes (404) and wrong methods (405);
 //! - request bodies are read as JSON whatever the content type, and a `null`
@@ -16,6 +19,7 @@
 //!   `http_max_concurrent_requests` requests in flight (503 beyond), and the
 //!   connection limits and timeouts of `server.rs`.
 
+mod auth;
 mod backup;
 mod error;
 mod extract;
@@ -46,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 use utils::quote::{escape_for_log, quote};
 
+pub use auth::OPENABLE_ROUTES;
 pub use error::ApiError;
 pub use server::HttpConf;
 
@@ -108,6 +113,8 @@ pub struct HttpState {
     pub walreceiver: Arc<WalReceiverConf>,
     /// How long a detach waits for its uploads (tests shorten it).
     pub detach_upload_timeout: std::time::Duration,
+    /// `Some` with `http_auth_type = "jwt"`.
+    auth: Option<Arc<auth::HttpAuth>>,
 }
 
 impl HttpState {
@@ -119,6 +126,12 @@ impl HttpState {
             max_concurrent_requests: conf.max_concurrent_requests,
             walreceiver: Arc::new(WalReceiverConf::default()),
             detach_upload_timeout: crate::tenant::mgr::DETACH_UPLOAD_TIMEOUT,
+            auth: conf.auth.as_ref().map(|jwt| {
+                Arc::new(auth::HttpAuth {
+                    jwt: Arc::clone(jwt),
+                    open_routes: conf.auth_open_routes.clone(),
+                })
+            }),
         }
     }
 }
@@ -159,6 +172,7 @@ pub fn router(state: HttpState) -> Router {
     );
     r.fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), guard_and_measure))
         .with_state(state)
 }
@@ -171,6 +185,17 @@ pub async fn serve(
     conf: HttpConf,
 ) -> std::io::Result<()> {
     let cancel = state.cancel.clone();
+    match &state.auth {
+        Some(auth) => info!(
+            "HTTP API auth: jwt; open without a token: {}",
+            if auth.open_routes.is_empty() {
+                "none".to_string()
+            } else {
+                auth.open_routes.join(", ")
+            }
+        ),
+        None => info!("HTTP API auth: trust (every route is open to anyone who can connect)"),
+    }
     server::serve_connections(listener, router(state), &conf, cancel).await
 }
 

@@ -29,6 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+use crate::auth::JwtAuth;
+
 /// Limits of the HTTP server, from the daemon's config.
 #[derive(Debug, Clone)]
 pub struct HttpConf {
@@ -36,6 +38,10 @@ pub struct HttpConf {
     pub body_read_timeout: Duration,
     pub max_connections: usize,
     pub max_concurrent_requests: usize,
+    /// `Some` with `http_auth_type = "jwt"`: the key that checks tokens.
+    pub auth: Option<Arc<JwtAuth>>,
+    /// Routes that need no token when `auth` is set (`http_auth_open_routes`).
+    pub auth_open_routes: Vec<String>,
 }
 
 impl Default for HttpConf {
@@ -46,6 +52,8 @@ impl Default for HttpConf {
             body_read_timeout: Duration::from_secs(60),
             max_connections: 256,
             max_concurrent_requests: 64,
+            auth: None,
+            auth_open_routes: super::OPENABLE_ROUTES.iter().map(|r| r.to_string()).collect(),
         }
     }
 }

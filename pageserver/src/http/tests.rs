@@ -2,6 +2,7 @@
 //! bodies, tenant and timeline lifecycles, shutdown 503s, `/metrics`.
 //! Attach and detach (`location_config`): `tests/location.rs`.
 
+mod auth;
 mod location;
 
 use std::sync::Arc;

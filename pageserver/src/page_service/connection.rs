@@ -35,10 +35,10 @@ use tracing::{debug, info, warn};
 use utils::id::TenantId;
 use utils::quote::escape_for_log;
 
-use super::auth::{check_permission, Claims};
 use super::error::{sqlstate, QueryError};
 use super::extended::ExtendedState;
 use super::ServiceState;
+use crate::auth::{check_permission, Claims};
 use crate::metrics::page_service::METRICS;
 use pageserver_api::config::AuthType;
 use pq_proto::backend as be;

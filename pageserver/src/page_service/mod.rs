@@ -4,7 +4,8 @@
 //!
 //! Files:
 //! - libpq framing and messages: `libs/pq_proto` (server side);
-//! - `auth`: JWT (EdDSA) validation and per-tenant permission checks;
+//! - JWT validation and per-tenant permission checks: `crate::auth` (shared
+//!   with the HTTP API);
 //! - `connection`: one session: startup, auth, then message routing and the
 //!   one command dispatch of both query protocols (`connection/dispatch`);
 //! - `command`: the commands, parsed from query text, with their result shape;
@@ -28,7 +29,6 @@
 //!   (logged); connections observe cancellation at every socket operation and
 //!   every wait, so the timeout is a safety net, not the expected path.
 
-mod auth;
 mod backup;
 mod batch;
 mod command;
@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-pub use auth::{check_permission, AuthError, Claims, JwtAuth};
+pub use crate::auth::{check_permission, AuthError, Claims, JwtAuth};
 pub use batch::effective_lsn;
 pub use error::{PageStreamError, QueryError};
 pub use pq_proto::MAX_MESSAGE_LEN;

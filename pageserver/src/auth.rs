@@ -1,13 +1,22 @@
-//! JWT authentication of page service clients (`pg_auth_type = "jwt"`).
+//! JWT authentication, shared by the page service (`pg_auth_type = "jwt"`)
+//! and the HTTP API (`http_auth_type = "jwt"`).
 //!
-//! The client sends the token as its password. Tokens are EdDSA (Ed25519)
-//! signed and checked against the public key (PEM) named by
-//! `auth_validation_public_key_path`; `exp` is enforced when present.
+//! Page service clients send the token as their password, HTTP clients as
+//! `Authorization: Bearer <token>`. Tokens are EdDSA (Ed25519) signed and
+//! checked against the public key (PEM) named by
+//! `auth_validation_public_key_path`; `exp` and `nbf` are enforced when present.
 //!
 //! Claims, as Neon's: `{"scope": "tenant", "tenant_id": "<hex>"}` grants access
-//! to that one tenant; `{"scope": "pageserverapi"}` to every tenant; any other
-//! scope is refused. The token is validated once at startup, and
-//! [`check_permission`] runs on every command against the tenant it names.
+//! to that one tenant; `{"scope": "pageserverapi"}` to every tenant and to the
+//! management of the pageserver; any other scope is refused by [`JwtAuth::decode`].
+//! [`check_permission`] decides access to one tenant's data,
+//! [`check_management_permission`] access to what is not one tenant's (the
+//! tenant list, creating, deleting, attaching and detaching tenants, the IO
+//! engine, testing routes).
+//!
+//! Errors: [`JwtAuth::decode`] fails for a token that proves nothing (HTTP
+//! 401), the `check_*` functions for a valid token that does not grant the
+//! access (HTTP 403). Messages say which.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -85,21 +94,54 @@ impl JwtAuth {
         JwtAuth::from_pem(&pem).with_context(|| format!("JWT public key {}", path.display()))
     }
 
-    /// Checks the signature (and expiry) and returns the claims.
+    /// Checks the token ([`JwtAuth::verify`]) and that its scope is one of
+    /// ours; returns the claims.
     pub fn decode(&self, token: &str) -> Result<Claims, AuthError> {
-        let data = jsonwebtoken::decode::<Claims>(token.trim(), &self.key, &self.validation)
-            .map_err(|e| AuthError(format!("invalid JWT: {e}")))?;
-        let claims = data.claims;
+        let claims = self.verify(token)?;
         match claims.scope.as_str() {
-            SCOPE_TENANT if claims.tenant_id.is_none() => {
-                Err(AuthError("JWT with scope 'tenant' has no tenant_id".to_string()))
-            }
             SCOPE_TENANT | SCOPE_PAGESERVER_API => Ok(claims),
-            other => {
-                Err(AuthError(format!("JWT scope {} is ineligible for page service", quote(other))))
-            }
+            other => Err(ineligible(other)),
         }
     }
+
+    /// Checks the signature, `exp` and `nbf`, and that a `tenant` scope names
+    /// its tenant; any other scope passes (the `check_*` functions refuse it,
+    /// so the HTTP API answers a signed token of a foreign scope with 403).
+    pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let data = jsonwebtoken::decode::<Claims>(token.trim(), &self.key, &self.validation)
+            .map_err(|e| AuthError(format!("invalid JWT: {}", describe(&e))))?;
+        let claims = data.claims;
+        if claims.scope == SCOPE_TENANT && claims.tenant_id.is_none() {
+            return Err(AuthError("invalid JWT: scope 'tenant' without a tenant_id".to_string()));
+        }
+        Ok(claims)
+    }
+}
+
+/// Why `jsonwebtoken` refused a token, in words an operator can act on.
+fn describe(e: &jsonwebtoken::errors::Error) -> String {
+    use jsonwebtoken::errors::ErrorKind;
+    match e.kind() {
+        ErrorKind::InvalidSignature => {
+            "bad signature (not signed by the key of auth_validation_public_key_path)".to_string()
+        }
+        ErrorKind::ExpiredSignature => "expired (its exp claim is in the past)".to_string(),
+        ErrorKind::ImmatureSignature => {
+            "not valid yet (its nbf claim is in the future)".to_string()
+        }
+        ErrorKind::InvalidAlgorithm => "not signed with EdDSA".to_string(),
+        ErrorKind::InvalidToken | ErrorKind::Base64(_) | ErrorKind::Utf8(_) => {
+            "malformed (not three base64url parts)".to_string()
+        }
+        _ => e.to_string(),
+    }
+}
+
+fn ineligible(scope: &str) -> AuthError {
+    AuthError(format!(
+        "JWT scope {} is not accepted (only '{SCOPE_TENANT}' and '{SCOPE_PAGESERVER_API}')",
+        quote(scope)
+    ))
 }
 
 /// May the holder of `claims` access `tenant_id`?
@@ -111,9 +153,20 @@ pub fn check_permission(claims: &Claims, tenant_id: TenantId) -> Result<(), Auth
             "tenant id mismatch: the token grants access to tenant {}, not {tenant_id}",
             claims.tenant_id.map(|t| t.to_string()).unwrap_or_default()
         ))),
-        other => {
-            Err(AuthError(format!("JWT scope {} is ineligible for page service", quote(other))))
-        }
+        other => Err(ineligible(other)),
+    }
+}
+
+/// May the holder of `claims` use what is not one tenant's (the management
+/// API)? Only with scope `pageserverapi`.
+pub fn check_management_permission(claims: &Claims) -> Result<(), AuthError> {
+    match claims.scope.as_str() {
+        SCOPE_PAGESERVER_API => Ok(()),
+        SCOPE_TENANT => Err(AuthError(format!(
+            "the token grants access to tenant {} only; this needs scope '{SCOPE_PAGESERVER_API}'",
+            claims.tenant_id.map(|t| t.to_string()).unwrap_or_default()
+        ))),
+        other => Err(ineligible(other)),
     }
 }
 
@@ -124,9 +177,9 @@ mod tests {
     use super::*;
 
     /// Test-only Ed25519 key pairs (shared with the integration tests).
-    const PRIVATE_A: &str = include_str!("../../tests/data/jwt_a_private.pem");
-    const PUBLIC_A: &str = include_str!("../../tests/data/jwt_a_public.pem");
-    const PRIVATE_B: &str = include_str!("../../tests/data/jwt_b_private.pem");
+    const PRIVATE_A: &str = include_str!("../tests/data/jwt_a_private.pem");
+    const PUBLIC_A: &str = include_str!("../tests/data/jwt_a_public.pem");
+    const PRIVATE_B: &str = include_str!("../tests/data/jwt_b_private.pem");
 
     fn sign(private: &str, claims: serde_json::Value) -> String {
         let key = EncodingKey::from_ed_pem(private.as_bytes()).unwrap();
@@ -151,22 +204,41 @@ mod tests {
     }
 
     #[test]
+    fn management_needs_the_pageserverapi_scope() {
+        let auth = JwtAuth::from_pem(PUBLIC_A.as_bytes()).unwrap();
+        let t = TenantId::generate();
+        let token =
+            sign(PRIVATE_A, serde_json::json!({"scope": "tenant", "tenant_id": t.to_string()}));
+        let err = check_management_permission(&auth.decode(&token).unwrap()).unwrap_err();
+        assert!(err.0.contains(&t.to_string()) && err.0.contains("'pageserverapi'"), "{err}");
+        let token = sign(PRIVATE_A, serde_json::json!({"scope": "pageserverapi"}));
+        assert_eq!(check_management_permission(&auth.decode(&token).unwrap()), Ok(()));
+    }
+
+    #[test]
     fn bad_tokens_are_rejected() {
         let auth = JwtAuth::from_pem(PUBLIC_A.as_bytes()).unwrap();
         let t = TenantId::generate().to_string();
         // Signed by another key.
         let token = sign(PRIVATE_B, serde_json::json!({"scope": "tenant", "tenant_id": t}));
-        assert!(auth.decode(&token).unwrap_err().0.contains("invalid JWT"));
+        let err = auth.decode(&token).unwrap_err().0;
+        assert!(err.starts_with("invalid JWT: bad signature"), "{err}");
         // Expired.
         let token =
             sign(PRIVATE_A, serde_json::json!({"scope": "tenant", "tenant_id": t, "exp": 1000}));
-        assert!(auth.decode(&token).is_err());
+        assert!(auth.decode(&token).unwrap_err().0.contains("expired"));
         // Ineligible scope, tenant scope without tenant, garbage.
         let token = sign(PRIVATE_A, serde_json::json!({"scope": "safekeeperdata"}));
-        assert!(auth.decode(&token).unwrap_err().0.contains("ineligible"));
+        assert!(auth.decode(&token).unwrap_err().0.contains("not accepted"));
+        let claims = auth.verify(&token).unwrap();
+        assert!(check_permission(&claims, TenantId::generate())
+            .unwrap_err()
+            .0
+            .contains("not accepted"));
+        assert!(check_management_permission(&claims).unwrap_err().0.contains("not accepted"));
         let token = sign(PRIVATE_A, serde_json::json!({"scope": "tenant"}));
-        assert!(auth.decode(&token).is_err());
-        assert!(auth.decode("not.a.jwt").is_err());
+        assert!(auth.verify(&token).unwrap_err().0.contains("without a tenant_id"));
+        assert!(auth.decode("not.a.jwt").unwrap_err().0.contains("malformed"));
         // Tampered payload.
         let token = sign(PRIVATE_A, serde_json::json!({"scope": "tenant", "tenant_id": t}));
         let mut parts: Vec<&str> = token.split('.').collect();
