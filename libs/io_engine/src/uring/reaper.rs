@@ -43,33 +43,39 @@ impl Reaper {
     /// is dropped at once, which unregisters it (`Unregister`); so never
     /// called under the state mutex.
     pub fn spawn(self) {
-        let handle = self.handle.clone();
-        drop(handle.spawn(self.run()));
+        let Reaper { handle, ring, fd, rt, key, stop } = self;
+        // Moved into the task before it first runs, so it unregisters
+        // even if the task is dropped unpolled.
+        let unregister = Unregister { ring: ring.clone(), rt, key };
+        drop(handle.spawn(async move {
+            let _unregister = unregister;
+            reap_until_stopped(ring, fd, stop).await;
+        }));
     }
+}
 
-    async fn run(self) {
-        let Reaper { ring, fd, rt, key, stop, .. } = self;
-        let _unregister = Unregister { ring: ring.clone(), rt, key };
-        loop {
-            tokio::select! {
-                biased;
-                () = stop.notified() => return,
-                ready = fd.readable() => match ready {
-                    Ok(mut guard) => {
-                        // Cleared before draining: an eventfd write after
-                        // the drain is a new edge, so no completion is missed.
-                        guard.clear_ready();
-                        drain_eventfd(fd.get_ref());
-                    }
-                    Err(e) => {
-                        tracing::debug!("io-uring: the reactor dropped the eventfd: {e}");
-                        return;
-                    }
-                },
-            }
-            let Some(ring) = ring.upgrade() else { return };
-            ring.reap_and_wake();
+/// Reap after every signal of the eventfd until stopped, the reactor
+/// fails or the ring is gone.
+async fn reap_until_stopped(ring: Weak<Ring>, fd: AsyncFd<OwnedFd>, stop: Arc<Notify>) {
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.notified() => return,
+            ready = fd.readable() => match ready {
+                Ok(mut guard) => {
+                    // Cleared before draining: an eventfd write after
+                    // the drain is a new edge, so no completion is missed.
+                    guard.clear_ready();
+                    drain_eventfd(fd.get_ref());
+                }
+                Err(e) => {
+                    tracing::debug!("io-uring: the reactor dropped the eventfd: {e}");
+                    return;
+                }
+            },
         }
+        let Some(ring) = ring.upgrade() else { return };
+        ring.reap_and_wake();
     }
 }
 
