@@ -53,11 +53,11 @@ def largest_layer(workdir: Path) -> Path:
     return max(files, key=lambda p: p.stat().st_size)
 
 
-def fio_iops(path: Path, depth: int, runtime_s: int, batched: bool = False) -> float:
+def fio_iops(path: Path, depth: int, runtime_s: int, batched: bool = False, jobs: int = 1) -> float:
     cmd = [
         "fio", "--name=cold", f"--filename={path}", "--readonly", "--rw=randread", "--bs=8k",
         "--direct=1", "--ioengine=io_uring", f"--iodepth={depth}", f"--runtime={runtime_s}",
-        "--time_based", "--output-format=json",
+        "--time_based", "--output-format=json", f"--numjobs={jobs}", "--group_reporting",
     ]  # fmt: skip
     if batched:
         cmd += [f"--iodepth_batch_submit={depth}", f"--iodepth_batch_complete_min={depth}"]
@@ -141,6 +141,41 @@ def test_cold_reads_per_engine(pageserver, pgbench_s100_backup_or_small, request
     out.mkdir(parents=True, exist_ok=True)
     (out / "cold_reads.json").write_text(json.dumps({"layer_bytes": layer.stat().st_size, "rows": rows}, indent=2))
     request.config.perf_summaries.append(("cold reads per engine", "\n".join(json.dumps(r) for r in rows)))
+
+
+def test_cold_reads_connections_against_fio_jobs(pageserver, pgbench_s100_backup_or_small, request):
+    """Cold random GetPage@latest with io-uring and direct IO from
+    `COLD_READ_CONNECTIONS` connections (default 8), each at queue depth 1,
+    against fio with as many jobs at depth 1 on the largest layer file, in
+    alternating rounds (`COLD_READ_ROUNDS`, default 3) of the same run: the
+    engine's scaling across connections (one ring per engine)."""
+    if os.geteuid() != 0:
+        pytest.skip("dropping the page cache needs root")
+    connections = int(os.environ.get("COLD_READ_CONNECTIONS", "8"))
+    rounds = int(os.environ.get("COLD_READ_ROUNDS", "3"))
+    runtime_s = 2 if request.config.getoption("--perf-smoke") else 3
+    ps = pageserver
+    import_backup(ps, pgbench_s100_backup_or_small)
+    layer = largest_layer(ps.workdir)
+    disk = DiskStats(layer)
+    ps.stop()
+    ps.start(extra_overrides={"io_engine": "io-uring", "direct_io": True})
+    rows = []
+    for r in range(rounds):
+        drop_caches()
+        fio, fio_dev = disk.during(lambda: fio_iops(layer, 1, runtime_s, jobs=connections))
+        drop_caches()
+        res, dev = disk.during(
+            lambda: run_pagebench(ps, runtime=f"{runtime_s}s", queue_depth=1, num_clients=connections)
+        )
+        assert res.error_count == 0, res.stderr[-2000:]
+        rows.append({"round": r, "connections": connections, "getpage_per_s": round(res.rps), "fio_iops": round(fio),
+                     "of_fio": round(res.rps / fio, 2), "p99_us": res.latency_us("p99"), **dev,
+                     "fio_disk_await_us": fio_dev.get("disk_await_us")})  # fmt: skip
+    out = TEST_OUTPUT / "perf"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cold_reads_connections.json").write_text(json.dumps(rows, indent=2))
+    request.config.perf_summaries.append(("cold reads, connections against fio jobs", "\n".join(json.dumps(r) for r in rows)))
 
 
 @pytest.fixture

@@ -265,6 +265,23 @@ impl IoEngine {
         self.selected.kind()
     }
 
+    /// Whether a read started now proceeds while its caller does other
+    /// work: true for io-uring (the kernel moves the data and a reaper
+    /// wakes the future), false for std-fs and the simulated engine, whose
+    /// reads run on the thread that polls them. A caller that can start
+    /// some reads and then prepare others (the read planner) gains from
+    /// that only when this is true.
+    pub fn reads_overlap_caller(&self) -> bool {
+        #[cfg(feature = "sim")]
+        if self.sim.is_some() {
+            return false;
+        }
+        match self.kind() {
+            IoEngineKind::IoUring => true,
+            IoEngineKind::StdFs => false,
+        }
+    }
+
     /// Switch the engine of this engine handle, its clones and every file
     /// they opened: operations that start after the call run on `kind`
     /// (those running finish where they started; see `select.rs`).

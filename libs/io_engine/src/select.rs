@@ -58,7 +58,7 @@ impl Selected {
             IoEngineKind::IoUring => {
                 let _init = self.ring_init.lock().unwrap();
                 if self.ring.get().is_none() {
-                    let ring = Arc::new(Ring::new()?);
+                    let ring = Ring::new()?;
                     self.ring.set(ring).expect("created once, under ring_init");
                 }
                 IO_URING

@@ -14,6 +14,7 @@
 //! Structure: `setup.rs` creates the ring and words the kernel's refusals;
 //! `slots.rs` is the slot table (who owns what while the kernel works);
 //! `state.rs` is the state behind the mutex and the reaping protocol;
+//! `reaper.rs` the per-runtime tasks that reap on their own;
 //! `ring.rs` pushes and submits SQEs and bounds the operations in flight;
 //! `op.rs` holds the futures; `file.rs` the transfer loops and batches;
 //! `inline.rs` the paths that skip the ring.
@@ -22,10 +23,21 @@
 //!
 //! One ring per engine (shared by its clones and files), one mutex over its
 //! SQ, CQ and slot table. `io_uring_enter` is called outside the mutex.
-//! There is no completion thread and no per-operation thread hop: the
-//! kernel signals every completion on an eventfd registered with the ring
-//! (`IORING_REGISTER_EVENTFD`), wrapped in a `tokio::io::unix::AsyncFd` per
-//! runtime that polls the engine, and **whoever polls reaps**:
+//! There is no completion thread: the kernel signals every completion on
+//! an eventfd registered with the ring (`IORING_REGISTER_EVENTFD`), and
+//! completions are reaped two ways:
+//!
+//! - by a **reaper**, a task per tokio runtime whose futures wait on the
+//!   ring, woken by that eventfd through the runtime's reactor (an
+//!   `AsyncFd` per runtime): it reaps the whole CQ and wakes every future
+//!   whose operation completed. This is what makes the engine live: a
+//!   waiting future needs nothing but its waker, so no caller's polling
+//!   pattern (a future polled once and then kept, a `select!` that drops
+//!   or starves a branch) can delay another's operation.
+//! - by any poll, as the fast path: a polled future reaps the CQ first
+//!   and returns at once if its own operation is done.
+//!
+//! The protocol:
 //!
 //! 1. Submitting: under the mutex a future takes a free slot (in FIFO
 //!    order; when `MAX_IN_FLIGHT_OPS` are in use it queues and waits
@@ -35,33 +47,27 @@
 //!    SQ is submitted and the push retried.
 //! 2. Polling: a future reaps the whole CQ (marking slots done and waking
 //!    their futures), then returns its result if its own slot is done, or
-//!    registers its waker in its slot and returns `Pending`.
-//! 3. The poller: tokio's `AsyncFd` wakes only the last waker registered by
-//!    `poll_read_ready`, so the ring keeps, per runtime, one waiting future
-//!    (the poller) whose waker is registered there after the last reap.
-//!    When the poller finishes or is dropped, another waiting future's
-//!    waker is registered in its place; an eventfd edge thus always wakes a
-//!    future that reaps and wakes the others.
+//!    stores its waker in its slot and returns `Pending`. The first time a
+//!    future of a runtime waits, the eventfd is registered with that
+//!    runtime's reactor and its reaper is spawned.
+//! 3. Reapers: a runtime's reaper lives while its registration does. A
+//!    registration nobody of its runtime waits on is dropped (and its
+//!    reaper stopped) when another runtime registers, so an idle runtime
+//!    is not woken by every completion of another's; a runtime whose
+//!    reaper ended (its reactor shut down) has its waiting futures woken,
+//!    to register again where they are polled next.
 //! 4. Cancellation: a future dropped in flight leaves its slot `Abandoned`;
 //!    the slot keeps the buffer and the fd until its completion is reaped
-//!    by any later poll, submission or `in_flight_ops()`, then frees them.
-//!    Futures queued for a slot are waiting parties too, so slots of
-//!    dropped futures are reaped even when nothing else runs.
-//! 5. Dropping the last handle to a ring with operations still in flight
-//!    cancels them (`IORING_OP_ASYNC_CANCEL`) and waits up to
-//!    `DROP_WAIT`; memory the kernel may still use after that is leaked,
-//!    never freed.
+//!    (by a reaper, a poll, a submission or `in_flight_ops()`), then frees
+//!    them.
+//! 5. Dropping the last handle to a ring stops its reapers and, with
+//!    operations still in flight, cancels them (`IORING_OP_ASYNC_CANCEL`)
+//!    and waits up to `DROP_WAIT`; memory the kernel may still use after
+//!    that is leaked, never freed.
 //!
-//! A future that was polled and is then kept without being polled again
-//! can hold the poller role: once its registration has fired, no further
-//! completion wakes anyone on that runtime until some waiting future is
-//! polled for another reason, so other futures' completions can be delayed
-//! indefinitely (the same holds for any future holding a lock). Code that
-//! awaits several operations at once polls all of them on every wake-up
-//! (`join!`, `FuturesUnordered`), never polls one once and then awaits
-//! another (a read path built that way stalled in testing). Polled outside a tokio runtime
-//! with IO enabled, a waiting future blocks its thread in
-//! `io_uring_enter` (in 1 ms rounds) instead of using the reactor.
+//! Polled outside a tokio runtime with IO enabled, a waiting future blocks
+//! its thread in `io_uring_enter` (in 1 ms rounds) instead of using the
+//! reactor: there it is its own reaper.
 //!
 //! The kernel runs part of an operation's completion (IRQ-completed direct
 //! IO, FIFO reads) as task work on the thread that submitted it; an
@@ -72,6 +78,7 @@
 mod file;
 mod inline;
 mod op;
+mod reaper;
 mod ring;
 mod setup;
 mod slots;

@@ -55,7 +55,7 @@ impl Future for Op<'_> {
         };
         let ring = self.ring;
         let mut d = Deferred::default();
-        let polled = ring.lock().poll_op(&ring.uring, &ring.eventfd, slot, cx.waker(), &mut d);
+        let polled = ring.lock().poll_op(ring.parts(), slot, cx.waker(), &mut d);
         d.run();
         match polled {
             Polled::Ready((result, Held { buf, file })) => {
@@ -128,8 +128,7 @@ impl<'r> Future for Start<'r> {
         let mut d = Deferred::default();
         let mut st = ring.lock();
         if !st.may_take(self.key, n) {
-            let polled =
-                st.wait_for_slots(&ring.uring, &ring.eventfd, &mut self.key, n, cx.waker(), &mut d);
+            let polled = st.wait_for_slots(ring.parts(), &mut self.key, n, cx.waker(), &mut d);
             drop(st);
             d.run();
             if let Polled::NoReactor = polled {

@@ -9,7 +9,7 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use io_uring::types::{Fd, SubmitArgs, Timespec};
@@ -49,6 +49,8 @@ pub(crate) struct Ring {
     pub(super) eventfd: OwnedFd,
     state: Mutex<State>,
     warned_blocking: AtomicBool,
+    /// This ring, for the reapers (which must not keep it alive).
+    me: Weak<Ring>,
 }
 
 impl std::fmt::Debug for Ring {
@@ -60,14 +62,30 @@ impl std::fmt::Debug for Ring {
 }
 
 impl Ring {
-    pub fn new() -> io::Result<Ring> {
+    pub fn new() -> io::Result<Arc<Ring>> {
         let (uring, eventfd) = setup::create()?;
-        Ok(Ring {
+        Ok(Arc::new_cyclic(|me| Ring {
             uring,
             eventfd,
             state: Mutex::new(State::new(MAX_IN_FLIGHT_OPS)),
             warned_blocking: AtomicBool::new(false),
-        })
+            me: me.clone(),
+        }))
+    }
+
+    /// What the state's waiting calls need of the ring.
+    pub(super) fn parts(&self) -> (&IoUring, &OwnedFd, &Weak<Ring>) {
+        (&self.uring, &self.eventfd, &self.me)
+    }
+
+    /// Reap the CQ and wake the futures whose operations completed (the
+    /// reapers' step; a poll does the same as its fast path).
+    pub(super) fn reap_and_wake(&self) {
+        let mut d = Deferred::default();
+        let mut st = self.lock();
+        st.settle(&self.uring, &mut d);
+        drop(st);
+        d.run();
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
@@ -239,6 +257,7 @@ impl Drop for Ring {
             }
         };
         let mut d = Deferred::default();
+        let stops = st.stop_reapers();
         st.reap(&self.uring, &mut d);
         if st.slots.in_use() > 0 {
             cancel_and_wait(&self.uring, st, &mut d);
@@ -251,6 +270,9 @@ impl Drop for Ring {
             std::mem::forget(st.drain());
         }
         d.run();
+        for stop in stops {
+            stop.notify_one();
+        }
     }
 }
 

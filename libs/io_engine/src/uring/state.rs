@@ -1,7 +1,7 @@
 //! The state of a ring behind its mutex: the slot table, the queue of
-//! futures waiting for slots, the per-runtime eventfd registrations, and
-//! the protocol that makes whoever polls reap (see the module doc of
-//! `uring`).
+//! futures waiting for slots, the per-runtime eventfd registrations (each
+//! with its reaper, `reaper.rs`), and the reaping protocol (see the module
+//! doc of `uring`).
 //!
 //! Invariants, true whenever the mutex is released:
 //! - every reaped completion has been applied to its slot (`reap` runs
@@ -11,24 +11,29 @@
 //!   line can have its slots it is woken (`wake_queue_front`);
 //! - `Reg::waiting` counts the waiting parties of that runtime: in-flight
 //!   slots with a waiter, and queued slot waiters registered with it;
-//! - (the poller invariant) a registration with waiting parties has a
-//!   `poller`: one of them, whose waker is registered with the
-//!   registration's `AsyncFd` by a `poll_read_ready` that returned
-//!   `Pending` after the last reap. So the next completion, which signals
-//!   the eventfd, wakes a party that will reap.
+//! - (the liveness invariant) a party waits only with a registration of
+//!   its runtime, and every registration has a reaper that was spawned or
+//!   is about to be (in the `Deferred` of the call that created it). A
+//!   reaper that ends removes its registration and wakes that runtime's
+//!   parties. So the next completion, which signals the eventfd, wakes a
+//!   reaper that reaps and wakes the party, whatever the parties' own
+//!   futures do.
 //!
-//! Wakers are never called and resources never dropped under the mutex:
-//! they are collected in `Deferred` and released after it.
+//! Wakers are never called, tasks never spawned or stopped and resources
+//! never dropped under the mutex: they are collected in `Deferred` and
+//! released after it.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::task::{Context, Poll, Waker};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Weak};
+use std::task::Waker;
 
 use io_uring::IoUring;
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 use tokio::runtime;
+use tokio::sync::Notify;
 
+use super::reaper::{register, Reaper};
+use super::ring::Ring;
 use super::slots::{Completed, Held, Slot, Slots, Waiter};
 use super::CANCEL_USER_DATA;
 
@@ -40,11 +45,14 @@ pub(super) enum Party {
     SlotWaiter(u32),
 }
 
-/// The ring's eventfd registered with one runtime's reactor.
+/// The ring's eventfd registered with one runtime's reactor: its reaper
+/// task owns the `AsyncFd`.
 struct Reg {
     rt: runtime::Id,
-    fd: AsyncFd<OwnedFd>,
-    poller: Option<Party>,
+    /// Tells the reaper of this registration from a later one of `rt`.
+    key: u64,
+    /// Ends the reaper (a permit is kept if it is not waiting yet).
+    stop: Arc<Notify>,
     waiting: usize,
 }
 
@@ -64,11 +72,19 @@ struct SlotWaiter {
 pub(super) struct Deferred {
     pub wakes: Vec<(Party, Waker)>,
     pub garbage: Vec<Held>,
+    reapers: Vec<Reaper>,
+    stops: Vec<Arc<Notify>>,
 }
 
 impl Deferred {
     pub fn run(self) {
         drop(self.garbage);
+        for stop in self.stops {
+            stop.notify_one();
+        }
+        for reaper in self.reapers {
+            reaper.spawn();
+        }
         for (_, w) in self.wakes {
             w.wake();
         }
@@ -90,6 +106,7 @@ pub(super) struct State {
     free_waiter_keys: Vec<u32>,
     slot_queue: VecDeque<u32>,
     regs: Vec<Reg>,
+    next_reg_key: u64,
 }
 
 impl State {
@@ -100,6 +117,7 @@ impl State {
             free_waiter_keys: Vec::new(),
             slot_queue: VecDeque::new(),
             regs: Vec::new(),
+            next_reg_key: 0,
         }
     }
 
@@ -114,7 +132,7 @@ impl State {
             let i = u32::try_from(cqe.user_data()).expect("user_data is a slot index");
             match self.slots.complete(i, cqe.result()) {
                 Completed::Done(Some(w)) => {
-                    stop_waiting(&mut self.regs, Party::Op(i), w.rt);
+                    stop_waiting(&mut self.regs, w.rt);
                     d.wakes.push((Party::Op(i), w.waker));
                 }
                 Completed::Done(None) => {}
@@ -135,67 +153,20 @@ impl State {
         }
     }
 
-    /// Reap, then restore the poller invariant for every registration.
+    /// Reap, and wake the first queued request if its slots are free.
     pub fn settle(&mut self, uring: &IoUring, d: &mut Deferred) {
-        loop {
-            self.reap(uring, d);
-            if !self.arm_pollers(d) {
-                break;
-            }
-        }
+        self.reap(uring, d);
         self.wake_queue_front(d);
         debug_assert!(self.consistent());
     }
 
-    /// Arm a poller for each registration that has waiting parties but
-    /// none armed. Returns true if the eventfd was found ready (and the
-    /// readiness cleared): completions arrived since the last reap.
-    fn arm_pollers(&mut self, d: &mut Deferred) -> bool {
-        let mut found_ready = false;
-        let mut r = 0;
-        while r < self.regs.len() {
-            if self.regs[r].poller.is_some() || self.regs[r].waiting == 0 {
-                r += 1;
-                continue;
-            }
-            let (party, waker) = self.pick_waiting(self.regs[r].rt).expect("waiting count");
-            let reg = &mut self.regs[r];
-            match reg.fd.poll_read_ready(&mut Context::from_waker(&waker)) {
-                Poll::Pending => reg.poller = Some(party),
-                Poll::Ready(Ok(mut guard)) => {
-                    guard.clear_ready();
-                    drain_eventfd(reg.fd.get_ref());
-                    found_ready = true;
-                }
-                Poll::Ready(Err(e)) => {
-                    // The runtime's reactor is gone: its parties register
-                    // again wherever they are polled next.
-                    tracing::debug!("io-uring: dropping the eventfd registration: {e}");
-                    let rt = reg.rt;
-                    self.regs.remove(r);
-                    self.unregister_all_of(rt, d);
-                    continue;
-                }
-            }
-            r += 1;
-        }
-        found_ready
-    }
-
-    /// A waiting party of runtime `rt`, with a clone of its waker.
-    fn pick_waiting(&self, rt: runtime::Id) -> Option<(Party, Waker)> {
-        let op = self.slots.iter().find_map(|(i, s)| match s {
-            Slot::InFlight { waiter: Some(w), .. } if w.rt == rt => {
-                Some((Party::Op(i), w.waker.clone()))
-            }
-            _ => None,
-        });
-        op.or_else(|| {
-            self.slot_waiters.iter().enumerate().find_map(|(k, w)| match w {
-                Some(w) if w.rt == Some(rt) => Some((Party::SlotWaiter(k as u32), w.waker.clone())),
-                _ => None,
-            })
-        })
+    /// The reaper of registration `key` of `rt` ended: that registration
+    /// is gone (if it is still the current one), its parties are woken to
+    /// register again.
+    pub fn reaper_gone(&mut self, rt: runtime::Id, key: u64, d: &mut Deferred) {
+        let Some(r) = self.regs.iter().position(|r| r.rt == rt && r.key == key) else { return };
+        self.regs.remove(r);
+        self.unregister_all_of(rt, d);
     }
 
     /// Wake and unregister every party of `rt` (its registration is gone).
@@ -217,38 +188,52 @@ impl State {
     }
 
     /// The id of the current runtime, with the eventfd registered with its
-    /// reactor (registered on first use). None outside a runtime with IO.
-    fn current_reg(&mut self, eventfd: &OwnedFd) -> Option<runtime::Id> {
-        let rt = runtime::Handle::try_current().ok()?.id();
+    /// reactor and a reaper for it (both on first use; the reaper is
+    /// spawned by `d`). None outside a runtime with IO.
+    fn current_reg(
+        &mut self,
+        eventfd: &OwnedFd,
+        ring: &Weak<Ring>,
+        d: &mut Deferred,
+    ) -> Option<runtime::Id> {
+        let handle = runtime::Handle::try_current().ok()?;
+        let rt = handle.id();
         if self.regs.iter().any(|r| r.rt == rt) {
             return Some(rt);
         }
-        // Registrations nobody waits on are dropped first, so runtimes that
-        // come and go (tests) do not pile up registrations, and an idle
-        // runtime's reactor (the daemon's, beside a page service connection
-        // thread) is not woken by every completion of another's.
-        self.regs.retain(|r| r.waiting > 0);
+        // Registrations nobody waits on are dropped first (their reapers
+        // stop), so runtimes that come and go (tests) do not pile up
+        // registrations, and an idle runtime (the daemon's, beside a page
+        // service connection thread) is not woken by every completion of
+        // another's.
+        self.regs.retain(|r| {
+            if r.waiting == 0 {
+                d.stops.push(Arc::clone(&r.stop));
+            }
+            r.waiting > 0
+        });
         let fd = register(eventfd)?;
-        self.regs.push(Reg { rt, fd, poller: None, waiting: 0 });
+        let (key, stop) = (self.next_reg_key, Arc::new(Notify::new()));
+        self.next_reg_key += 1;
+        self.regs.push(Reg { rt, key, stop: Arc::clone(&stop), waiting: 0 });
+        d.reapers.push(Reaper { handle, ring: ring.clone(), fd, rt, key, stop });
         Some(rt)
     }
 
     /// Poll the future of slot `i` (an operation in flight or done).
     pub fn poll_op(
         &mut self,
-        uring: &IoUring,
-        eventfd: &OwnedFd,
+        (uring, eventfd, ring): (&IoUring, &OwnedFd, &Weak<Ring>),
         i: u32,
         waker: &Waker,
         d: &mut Deferred,
     ) -> Polled<(i32, Held)> {
-        // The polled party stops waiting first: a reap must not wake it,
-        // and if it was the poller its registration may have fired.
+        // The polled party stops waiting first: a reap must not wake it.
         self.set_op_waiter(i, None);
         self.reap(uring, d);
         let mut reactor = true;
         if matches!(self.slots.get(i), Slot::InFlight { .. }) {
-            match self.current_reg(eventfd) {
+            match self.current_reg(eventfd, ring, d) {
                 Some(rt) => {
                     self.flush(uring);
                     self.set_op_waiter(i, Some(Waiter { waker: waker.clone(), rt }));
@@ -294,8 +279,7 @@ impl State {
     /// dropped futures even if nothing else polls the ring).
     pub fn wait_for_slots(
         &mut self,
-        uring: &IoUring,
-        eventfd: &OwnedFd,
+        (uring, eventfd, ring): (&IoUring, &OwnedFd, &Weak<Ring>),
         key: &mut Option<u32>,
         n: usize,
         waker: &Waker,
@@ -307,7 +291,7 @@ impl State {
         if !w.waker.will_wake(waker) {
             w.waker = waker.clone();
         }
-        let reactor = match self.current_reg(eventfd) {
+        let reactor = match self.current_reg(eventfd, ring, d) {
             Some(rt) => {
                 self.flush(uring);
                 self.set_slot_waiter_rt(k, Some(rt));
@@ -361,16 +345,16 @@ impl State {
         };
         let old = std::mem::replace(waiter, new);
         let new_rt = waiter.as_ref().map(|w| w.rt);
-        switch_waiting(&mut self.regs, Party::Op(i), old.map(|w| w.rt), new_rt);
+        switch_waiting(&mut self.regs, old.map(|w| w.rt), new_rt);
     }
 
     fn set_slot_waiter_rt(&mut self, k: u32, new: Option<runtime::Id>) {
         let w = self.slot_waiters[k as usize].as_mut().expect("queued");
         let old = std::mem::replace(&mut w.rt, new);
-        switch_waiting(&mut self.regs, Party::SlotWaiter(k), old, new);
+        switch_waiting(&mut self.regs, old, new);
     }
 
-    /// Check the counting and poller invariants (debug builds).
+    /// Check the counting invariant (debug builds).
     fn consistent(&self) -> bool {
         for reg in &self.regs {
             let ops = self.slots.iter().filter(
@@ -379,28 +363,26 @@ impl State {
             let waiters = self.slot_waiters.iter().flatten().filter(|w| w.rt == Some(reg.rt));
             let n = ops.count() + waiters.count();
             assert_eq!(n, reg.waiting, "waiting parties of a runtime");
-            assert_eq!(reg.poller.is_some(), n > 0, "a poller exactly when parties wait");
         }
         true
     }
 
     /// Every slot's resources, for the ring's drop.
     pub fn drain(&mut self) -> Vec<Held> {
-        self.regs.clear();
         self.slots.drain()
+    }
+
+    /// Stop every reaper (the ring is dropped); the caller notifies after
+    /// releasing the state.
+    pub fn stop_reapers(&mut self) -> Vec<Arc<Notify>> {
+        self.regs.drain(..).map(|r| r.stop).collect()
     }
 }
 
-/// Move a party's count from runtime `old` to `new`; it stops being a
-/// poller (its waker may change, and a poller must be re-armed).
-fn switch_waiting(
-    regs: &mut [Reg],
-    party: Party,
-    old: Option<runtime::Id>,
-    new: Option<runtime::Id>,
-) {
+/// Move a party's count from runtime `old` to `new`.
+fn switch_waiting(regs: &mut [Reg], old: Option<runtime::Id>, new: Option<runtime::Id>) {
     if let Some(rt) = old {
-        stop_waiting(regs, party, rt);
+        stop_waiting(regs, rt);
     }
     if let Some(rt) = new {
         let reg = regs.iter_mut().find(|r| r.rt == rt).expect("registered before waiting");
@@ -408,41 +390,9 @@ fn switch_waiting(
     }
 }
 
-fn stop_waiting(regs: &mut [Reg], party: Party, rt: runtime::Id) {
+fn stop_waiting(regs: &mut [Reg], rt: runtime::Id) {
     // The registration is gone if its reactor shut down (unregister_all_of).
     let Some(reg) = regs.iter_mut().find(|r| r.rt == rt) else { return };
     assert!(reg.waiting > 0, "waiting count underflow");
     reg.waiting -= 1;
-    if reg.poller == Some(party) {
-        reg.poller = None;
-    }
-}
-
-/// A duplicate of the eventfd registered with the current runtime's
-/// reactor; None (logged) if that fails. tokio panics when the runtime has
-/// IO disabled: caught here, so the state mutex is not poisoned (the
-/// caller then waits by blocking).
-fn register(eventfd: &OwnedFd) -> Option<AsyncFd<OwnedFd>> {
-    let dup = eventfd.try_clone().ok()?;
-    // SAFETY: `dup` is an open descriptor owned by the AsyncFd for its whole life.
-    let reg = || unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(reg)) {
-        Ok(Ok(fd)) => Some(fd),
-        Ok(Err(e)) => {
-            tracing::warn!("io-uring: cannot register the eventfd with the runtime: {e}");
-            None
-        }
-        Err(_) => {
-            tracing::warn!("io-uring: the tokio runtime has IO disabled: waits block the thread");
-            None
-        }
-    }
-}
-
-/// Reset the eventfd's counter (tokio's readiness is edge-triggered; the
-/// value itself carries nothing: the CQ is the truth).
-fn drain_eventfd(fd: &OwnedFd) {
-    let mut v = 0u64;
-    // SAFETY: reads 8 bytes into a u64 we own; the fd is a non-blocking eventfd.
-    let _ = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
 }

@@ -387,3 +387,60 @@ async fn a_completion_reaped_by_a_sibling_future_still_wakes_the_task() {
     res.unwrap();
     assert_eq!(&buf[..], [2]);
 }
+
+/// A read polled once and then parked for good (its task is woken but
+/// awaits something else) must not stall the ring: other reads on the
+/// same runtime, each in flight before its data arrives, still complete,
+/// each well within `STALL_LIMIT` (the engine reaps on its own, it does
+/// not rely on the parked future). An engine where whoever polls reaps
+/// stalled here at the first read.
+async fn a_parked_operation_does_not_stall_others() {
+    const STALL_LIMIT: Duration = Duration::from_secs(2);
+    let dir = tempfile::tempdir().unwrap();
+    let e = URING.engine();
+    let (pa, parked_fifo) = open_fifo(&e, dir.path(), "parked").await;
+    let (pb, fifo) = open_fifo(&e, dir.path(), "others").await;
+    let (polled, parked_now) = tokio::sync::oneshot::channel();
+    let parked = tokio::spawn(async move {
+        let mut fut = pin!(parked_fifo.read_exact_at(AlignedBuf::for_read(4096), 0, 1));
+        assert!(futures::poll!(fut.as_mut()).is_pending(), "the FIFO is empty");
+        polled.send(()).unwrap();
+        std::future::pending::<()>().await;
+    });
+    parked_now.await.unwrap();
+    assert_eq!(e.in_flight_ops(), 1, "the parked read is in flight");
+    for i in 0..20u8 {
+        let mut other = pin!(read(&fifo, 0, 1));
+        assert!(futures::poll!(other.as_mut()).is_pending(), "the FIFO is empty");
+        // The data comes while this task waits (not before it awaits).
+        let pb = pb.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(2));
+            feed(pb, vec![i]).join().unwrap();
+        });
+        // The limit first: polling the read when the limit fires would reap.
+        let res = tokio::select! {
+            biased;
+            () = tokio::time::sleep(STALL_LIMIT) => {
+                panic!("read {i} stalled behind the parked operation")
+            }
+            res = other => res,
+        };
+        assert_eq!(res.unwrap(), [i]);
+        writer.join().unwrap();
+    }
+    parked.abort();
+    assert!(parked.await.unwrap_err().is_cancelled());
+    feed(pa, vec![1]).join().unwrap();
+    wait_for_no_ops_in_flight(&e).await;
+}
+
+#[tokio::test]
+async fn a_parked_operation_does_not_stall_others_current_thread() {
+    a_parked_operation_does_not_stall_others().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_operation_does_not_stall_others_multi_thread() {
+    a_parked_operation_does_not_stall_others().await
+}

@@ -1,5 +1,5 @@
 //! Coalescing value reads into aligned chunks: shared by the read path
-//! (`vectored_read.rs`) and the layer files' raw value reads.
+//! (`vectored_read/`) and the layer files' raw value reads.
 //!
 //! Each range becomes a range aligned to the reader's alignment (512 bytes
 //! through the page cache; under direct IO the file's
