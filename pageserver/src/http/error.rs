@@ -62,6 +62,24 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The same error with `note` after its message (an error without a
+    /// message of its own stays as it is).
+    pub fn with_note(self, note: &str) -> ApiError {
+        let add = |m: String| format!("{m}; {note}");
+        match self {
+            ApiError::BadRequest(m) => ApiError::BadRequest(add(m)),
+            ApiError::NotFound(m) => ApiError::NotFound(add(m)),
+            ApiError::Conflict(m) => ApiError::Conflict(add(m)),
+            ApiError::MethodNotAllowed(m) => ApiError::MethodNotAllowed(add(m)),
+            ApiError::PayloadTooLarge(m) => ApiError::PayloadTooLarge(add(m)),
+            ApiError::RequestTimeout(m) => ApiError::RequestTimeout(add(m)),
+            ApiError::Overloaded(m) => ApiError::Overloaded(add(m)),
+            ApiError::Unavailable(m) => ApiError::Unavailable(add(m)),
+            ApiError::Internal(e) => ApiError::Internal(anyhow::anyhow!("{e:#}; {note}")),
+            ApiError::ShuttingDown => ApiError::ShuttingDown,
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
@@ -161,6 +179,14 @@ impl From<BootstrapError> for ApiError {
             BootstrapError::Slot(m) => ApiError::Conflict(m),
             BootstrapError::Import(e) => e.into(),
             BootstrapError::Other(e) => ApiError::Internal(e),
+            // Whatever failed, a slot is left on the primary: a server-side
+            // state the message names.
+            e @ BootstrapError::AfterSlot { left: true, .. } => {
+                ApiError::Internal(anyhow::anyhow!("{e}"))
+            }
+            BootstrapError::AfterSlot { error, note, left: false } => {
+                ApiError::from(*error).with_note(&note)
+            }
         }
     }
 }

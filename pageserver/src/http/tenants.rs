@@ -16,6 +16,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, TenantPath};
 use super::HttpState;
 use crate::tenant::{Tenant, TenantError};
+use crate::walreceiver::slots;
 
 pub(super) fn tenant_info(tenant: &Tenant) -> TenantInfo {
     TenantInfo {
@@ -76,11 +77,54 @@ pub async fn get(
 
 /// `DELETE /v1/tenant/{tenant_id}`: stops and removes the tenant and its
 /// data; with remote storage also its remote objects, unless a newer
-/// generation is claimed (then they stay).
+/// generation is claimed (then they stay). The slots of its following
+/// timelines are released (`walreceiver::slots`): `{}` without any, else
+/// `{"slots": [{"timeline_id": ..., <as a timeline delete answers>}]}`.
 pub async fn delete(
     State(state): State<HttpState>,
     TenantPath(id): TenantPath,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    state.tenants.delete_tenant(id).await?;
-    Ok(Json(serde_json::json!({})))
+    // From disk: a Broken tenant's or timeline's sources are there too.
+    let sources = state.tenants.wal_sources_on_disk(id, None).await;
+    let deleted = match state.tenants.delete_tenant(id).await {
+        Ok(()) => Ok(()),
+        // Deleted here, its remote objects not all: its slots go too.
+        Err(TenantError::Other(e)) if !tenant_dir_exists(&state, id) => Err(e),
+        Err(e) => return Err(e.into()),
+    };
+    let cause = slots::Cause::TenantDelete;
+    let mut released = Vec::new();
+    match sources {
+        Ok(sources) => {
+            for ts in sources {
+                let ids = (id, ts.timeline_id);
+                let release = match &ts.source {
+                    Ok(Some(source)) => slots::release(&state.tenants, ids, source, cause).await,
+                    Ok(None) => continue,
+                    Err(why) => slots::release_unknown(ids, why, cause),
+                };
+                let mut entry = release.to_json();
+                entry["timeline_id"] = serde_json::json!(ts.timeline_id);
+                released.push(entry);
+            }
+        }
+        Err(why) => {
+            let release = slots::release_unknown_tenant(id, &why, cause);
+            released.push(release.to_json());
+        }
+    }
+    let answer = if released.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::json!({ "slots": released })
+    };
+    match deleted {
+        Ok(()) => Ok(Json(answer)),
+        Err(e) => Err(ApiError::Internal(anyhow::anyhow!("{e:#}; replication slots: {answer}"))),
+    }
+}
+
+/// Whether tenant `id`'s directory is still here (or cannot be checked).
+fn tenant_dir_exists(state: &HttpState, id: TenantId) -> bool {
+    state.tenants.conf().tenants_dir().join(id.to_string()).try_exists().unwrap_or(true)
 }

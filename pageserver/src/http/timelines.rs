@@ -25,7 +25,7 @@ use crate::import::ImportError;
 use crate::tenant::timeline::wal_source::WalSource;
 use crate::tenant::timeline::{LeaseError, LsnNotReadable};
 use crate::tenant::{ReadKind, TenantError, Timeline};
-use crate::walreceiver::bootstrap;
+use crate::walreceiver::{bootstrap, slots};
 
 /// PostgreSQL major versions a timeline may declare.
 pub const SUPPORTED_PG_VERSIONS: std::ops::RangeInclusive<u32> = 15..=18;
@@ -201,31 +201,25 @@ pub async fn get(
     }
 }
 
-/// `DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}`.
+/// `DELETE /v1/tenant/{tenant_id}/timeline/{timeline_id}`: a Broken
+/// timeline too. The slot of a following timeline is released
+/// (`walreceiver::slots`); the answer says what became of it.
 pub async fn delete(
     State(state): State<HttpState>,
     TimelinePath(tenant_id, timeline_id): TimelinePath,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let tenant = state.tenants.get_tenant(tenant_id)?;
-    let source = tenant.get_timeline(timeline_id).ok().and_then(|tl| tl.wal_source());
+    // From disk: a Broken timeline's source is there too.
+    let sources = state.tenants.wal_sources_on_disk(tenant_id, Some(timeline_id)).await;
     tenant.delete_timeline(timeline_id).await?;
-    let Some(source) = source else {
-        return Ok(Json(serde_json::json!({})));
+    let ids = (tenant_id, timeline_id);
+    let cause = slots::Cause::TimelineDelete;
+    let release = match sources.unwrap_or_default().into_iter().next().map(|ts| ts.source) {
+        None | Some(Ok(None)) => return Ok(Json(serde_json::json!({}))),
+        Some(Ok(Some(source))) => slots::release(&state.tenants, ids, &source, cause).await,
+        Some(Err(why)) => slots::release_unknown(ids, &why, cause),
     };
-    match bootstrap::drop_slot(&source).await {
-        Ok(()) => Ok(Json(serde_json::json!({"slot_dropped": source.slot}))),
-        Err(e) => Ok(Json(serde_json::json!({
-            "slot_dropped": null,
-            "warning": format!(
-                "the timeline is deleted, but its replication slot {} on {} could not be \
-                 dropped: {e:#}; it retains WAL on the primary until dropped there: \
-                 SELECT pg_drop_replication_slot('{}')",
-                source.slot,
-                source.redacted_connstring(),
-                source.slot
-            ),
-        }))),
-    }
+    Ok(Json(release.to_json()))
 }
 
 /// `PUT .../source` `{"connstring", "slot"}`: an imported timeline starts
@@ -237,7 +231,7 @@ pub async fn set_source(
     JsonBody(req): JsonBody<WalSourceRequest>,
 ) -> Result<Json<TimelineInfo>, ApiError> {
     let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
-    let source = bootstrap::attach_source(&tl, req.connstring, req.slot).await?;
+    let source = bootstrap::attach_source(&state.tenants, &tl, req.connstring, req.slot).await?;
     crate::walreceiver::start(&tl, source, state.walreceiver.clone());
     Ok(Json(timeline_info(&tl)))
 }

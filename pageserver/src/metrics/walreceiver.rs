@@ -14,6 +14,7 @@
 //! | `pageserver_wal_ingest_full_page_writes_off_total` | counter | | times a followed primary was seen turning `full_page_writes` off |
 //! | `pageserver_wal_receiver_stopped` | gauge | `tenant_id`, `timeline_id` | 1 while the receiver of a followed timeline has stopped (refused WAL: the reason is in the timeline detail) |
 //! | `pageserver_wal_receiver_positions` | gauge | `tenant_id`, `timeline_id`, `position` | the last reported `write`, `flush` and `apply` LSNs (as numbers) |
+//! | `pageserver_replication_slots_left_total` | counter | `cause` | replication slots left on a primary because they could not be dropped (or the deleted timeline's source could not be read), by `timeline_delete`, `tenant_delete`, `bootstrap_failure`; the WARN log line names each slot, its server and the SQL that drops it |
 
 use std::sync::LazyLock;
 
@@ -36,6 +37,7 @@ pub struct WalReceiverMetrics {
     pub reconnects: IntCounter,
     pub refusals: IntCounterVec,
     pub full_page_writes_off: IntCounter,
+    pub slots_left: IntCounterVec,
     stopped: IntGaugeVec,
     lag_bytes: IntGaugeVec,
     lag_seconds: GaugeVec,
@@ -82,6 +84,8 @@ impl WalReceiverMetrics {
 const TIMELINE_LABELS: &[&str] = &["tenant_id", "timeline_id"];
 /// Every `Refusal::label`.
 const REFUSAL_REASONS: [&str; 1] = ["wal_level_minimal"];
+/// Every `walreceiver::slots::Cause::label`.
+const SLOT_LEFT_CAUSES: [&str; 3] = ["timeline_delete", "tenant_delete", "bootstrap_failure"];
 
 pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
     let records = register_int_counter_vec!(
@@ -99,7 +103,18 @@ pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
     for reason in REFUSAL_REASONS {
         refusals.with_label_values(&[reason]).reset(); // a series from the first scrape
     }
+    let slots_left = register_int_counter_vec!(
+        "pageserver_replication_slots_left_total",
+        "Replication slots left on a primary (not dropped) when a following timeline was deleted or \
+         its bootstrap failed, by cause",
+        &["cause"]
+    )
+    .expect("register metric");
+    for cause in SLOT_LEFT_CAUSES {
+        slots_left.with_label_values(&[cause]).reset();
+    }
     WalReceiverMetrics {
+        slots_left,
         wal_bytes: register_int_counter!(
             "pageserver_wal_ingest_bytes_total",
             "WAL bytes received from primaries"

@@ -27,8 +27,10 @@
 //! (`attachment::delete_tenant_objects`).
 
 mod attach;
+mod sources;
 
 pub use attach::{LocationError, LocationMode, LocationOutcome, DETACH_UPLOAD_TIMEOUT};
+pub use sources::TimelineSource;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};

@@ -1,11 +1,15 @@
 //! Starting to follow a primary: check its settings, create the slot, take
 //! a base backup over the replication connection, import it, persist the
 //! source with the new timeline, start the receiver. And the reverse:
-//! dropping the slot when the timeline is deleted.
+//! adopting an existing slot (`PUT .../source`). Dropping a slot is
+//! `slots.rs`.
 //!
 //! Failure leaves nothing behind: the timeline is created only by
 //! `UninitializedTimeline::finish` (with `wal_source.json` inside it), and
-//! a slot this code created is dropped again when a later step fails.
+//! a slot this code created is dropped again when a later step fails, over
+//! a new connection (the failed session may be in the middle of a
+//! `BASE_BACKUP`); if that fails too, the error names the slot left and
+//! the SQL that drops it. A retry with the same ids then works.
 //!
 //! The backup is verified before the timeline becomes visible: every file
 //! against the backup manifest's CRC-32C, every relation page against its
@@ -17,17 +21,19 @@ use std::sync::Arc;
 use anyhow::Context;
 use pq_proto::connstring::ConnString;
 use pq_proto::replication::{validate_slot_name, BaseBackupOptions, ReplicationClient};
-use tracing::{info, warn};
+use tracing::info;
 use utils::id::TimelineId;
 use utils::lsn::Lsn;
 
 use postgres_ffi::redo::has_native_redo;
 use postgres_ffi::wal::rmgr_id;
 
+use super::slots::{self, Cause};
 use super::WalReceiverConf;
 use crate::import::manifest::{BackupChecks, FileDigests};
 use crate::import::{import_basebackup_unfinished, ImportError};
-use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::mgr::TenantManager;
+use crate::tenant::timeline::wal_source::{SlotOrigin, WalSource};
 use crate::tenant::{Tenant, Timeline};
 
 /// Resource managers that modify relation pages, by their names in
@@ -53,13 +59,19 @@ pub enum BootstrapError {
     /// Bad request: connection string, slot name, settings of the primary.
     #[error("{0}")]
     Refused(String),
-    /// The slot exists already (create) or does not (attach).
+    /// The slot exists already (create), does not (attach), or another
+    /// timeline uses it (attach).
     #[error("{0}")]
     Slot(String),
     #[error(transparent)]
     Import(#[from] ImportError),
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
+    /// The bootstrap failed after creating its slot: `note` says that it
+    /// was dropped, or names it, its server and the SQL when it could not
+    /// be (`left`).
+    #[error("{error}; {note}")]
+    AfterSlot { error: Box<BootstrapError>, note: String, left: bool },
 }
 
 fn refused(msg: impl Into<String>) -> BootstrapError {
@@ -144,33 +156,69 @@ pub async fn create_following_timeline(
     let (mut client, major) = connect_and_check(&connstring).await?;
     let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
     client.create_physical_slot(&slot, true).await.map_err(|e| {
-        BootstrapError::Slot(format!("cannot create replication slot {slot} on the primary: {e}"))
+        let e = e.to_string();
+        let hint = if e.contains("already exists") {
+            format!(
+                " (a slot no timeline uses, e.g. one left by a bootstrap that crashed, is \
+                 dropped with {})",
+                slots::drop_sql(&slot)
+            )
+        } else {
+            String::new()
+        };
+        BootstrapError::Slot(format!(
+            "cannot create replication slot {slot} on the primary: {e}{hint}"
+        ))
     })?;
     info!("created slot {slot} (PostgreSQL {major}); taking a base backup");
-    let result =
-        backup_and_import(&mut client, &tenant, timeline_id, &connstring, &slot, id.systemid).await;
+    let source = WalSource {
+        connstring,
+        slot,
+        system_id: id.systemid,
+        consistent_lsn: Lsn(0), // set from the backup's end
+        slot_origin: SlotOrigin::Created,
+    };
+    let result = backup_and_import(&mut client, &tenant, timeline_id, source.clone()).await;
     match result {
         Ok((tl, source)) => {
             super::start(&tl, source, conf);
             Ok(tl)
         }
         Err(e) => {
-            if let Err(drop_err) = client.drop_slot(&slot, false).await {
-                warn!("could not drop slot {slot} after a failed bootstrap: {drop_err}");
-            }
-            Err(e)
+            // This session may be out of step (an interrupted BASE_BACKUP):
+            // close it, drop the slot over a new one.
+            drop(client);
+            Err(drop_after_failure(&source, e).await)
         }
     }
 }
 
+/// Drop the slot a failed bootstrap created; `error` is why it failed.
+async fn drop_after_failure(source: &WalSource, error: BootstrapError) -> BootstrapError {
+    match slots::drop_slot(&source.connstring, &source.slot).await {
+        Ok(()) => {
+            info!("dropped replication slot {} after the failed bootstrap", source.slot);
+            let note = format!("replication slot {} on the primary was dropped again", source.slot);
+            BootstrapError::AfterSlot { error: Box::new(error), note, left: false }
+        }
+        Err(e) => BootstrapError::AfterSlot {
+            error: Box::new(error),
+            note: slots::left(source, &e, Cause::BootstrapFailure),
+            left: true,
+        },
+    }
+}
+
+/// The bootstrap after the slot: base backup, import, verification,
+/// `source` persisted (with the backup's end as `consistent_lsn`), the
+/// timeline published.
 async fn backup_and_import(
     client: &mut ReplicationClient,
     tenant: &Arc<Tenant>,
     timeline_id: TimelineId,
-    connstring: &str,
-    slot: &str,
-    system_id: u64,
+    mut source: WalSource,
 ) -> Result<(Arc<Timeline>, WalSource), BootstrapError> {
+    let system_id = source.system_id;
     let opts = BaseBackupOptions {
         label: format!("pageserver {}/{timeline_id}", tenant.id()),
         fast_checkpoint: true,
@@ -204,12 +252,7 @@ async fn backup_and_import(
          checksums checked",
         verified.files, verified.bytes, verified.manifest_version, verified.pages_checked
     );
-    let source = WalSource {
-        connstring: connstring.to_string(),
-        slot: slot.to_string(),
-        system_id,
-        consistent_lsn: Lsn(end.end_lsn),
-    };
+    source.consistent_lsn = Lsn(end.end_lsn);
     let engine = &tenant.conf().io_engine;
     source.persist(engine, uninit.timeline().dir()).await?;
     // `finish` loads the timeline from its final directory, source included.
@@ -223,9 +266,11 @@ async fn backup_and_import(
 }
 
 /// `PUT .../source`: check the primary (settings, same cluster as the
-/// timeline's control file) and the slot (exists, still holds the WAL from
-/// the timeline's `last_record_lsn`), then persist the source.
+/// timeline's control file) and the slot (exists, no other timeline of
+/// this pageserver uses it, still holds the WAL from the timeline's
+/// `last_record_lsn`), then persist the source as adopted.
 pub async fn attach_source(
+    tenants: &TenantManager,
     tl: &Arc<Timeline>,
     connstring: String,
     slot: Option<String>,
@@ -257,6 +302,10 @@ pub async fn attach_source(
             id.systemid, control.system_identifier
         )));
     }
+    let _adoption = slots::ADOPTION.lock().await;
+    slots::check_unused(tenants, id.systemid, &slot, (tl.tenant_id, tl.timeline_id))
+        .await
+        .map_err(BootstrapError::Slot)?;
     let info = client.read_slot(&slot).await.context("READ_REPLICATION_SLOT")?;
     let Some(info) = info else {
         return Err(BootstrapError::Slot(format!("replication slot {slot} does not exist")));
@@ -276,19 +325,46 @@ pub async fn attach_source(
         slot,
         system_id: id.systemid,
         consistent_lsn: tl.min_readable_lsn(),
+        slot_origin: SlotOrigin::Adopted,
     };
     tl.set_wal_source(Some(source.clone())).await?;
     Ok(source)
 }
 
-/// Drop the slot of a deleted timeline. `Err` says why it could not.
-pub async fn drop_slot(source: &WalSource) -> anyhow::Result<()> {
-    let mut client = ReplicationClient::connect(&source.connstring)
-        .await
-        .with_context(|| format!("connect to {}", source.redacted_connstring()))?;
-    client
-        .drop_slot(&source.slot, false)
-        .await
-        .with_context(|| format!("DROP_REPLICATION_SLOT {}", source.slot))?;
-    Ok(())
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::walreceiver::METRICS;
+
+    /// The primary is gone when the failed bootstrap drops its slot: the
+    /// error keeps the cause and names the slot, the server and the SQL,
+    /// and the slot is counted.
+    #[tokio::test]
+    async fn a_slot_that_cannot_be_dropped_is_named() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        }; // closed again: connections are refused
+        let source = WalSource {
+            connstring: format!("postgres://u:secret@127.0.0.1:{port}/postgres"),
+            slot: "pageserver_gone".to_string(),
+            system_id: 7,
+            consistent_lsn: Lsn(0),
+            slot_origin: SlotOrigin::Created,
+        };
+        let counter = METRICS.slots_left.with_label_values(&[Cause::BootstrapFailure.label()]);
+        let before = counter.get();
+        let cause = BootstrapError::Other(anyhow::anyhow!("the import failed"));
+        let e = drop_after_failure(&source, cause).await;
+        assert!(matches!(e, BootstrapError::AfterSlot { left: true, .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("the import failed; replication slot pageserver_gone on "),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("127.0.0.1:{port}")), "{msg}");
+        assert!(msg.contains("SELECT pg_drop_replication_slot('pageserver_gone')"), "{msg}");
+        assert!(!msg.contains("secret"), "{msg}");
+        assert!(counter.get() > before);
+    }
 }

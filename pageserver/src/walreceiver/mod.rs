@@ -29,6 +29,7 @@
 
 pub mod bootstrap;
 mod session;
+pub mod slots;
 mod status;
 
 use std::sync::Arc;

@@ -18,7 +18,7 @@ use crate::tenant::metadata::TimelineMetadata;
 use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{claim_generation, index_key, Generation};
 use crate::tenant::storage_layer::LayerLevel;
-use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::timeline::wal_source::{SlotOrigin, WalSource};
 use crate::tenant::{StorageConf, Timeline};
 
 /// Remote storage in `root` (a local directory).
@@ -77,6 +77,7 @@ pub fn wal_source() -> WalSource {
         slot: "pageserver_test".to_string(),
         system_id: 7,
         consistent_lsn: Lsn(0x20),
+        slot_origin: SlotOrigin::Created,
     }
 }
 

@@ -4,9 +4,16 @@
 //!
 //! ```json
 //! {"connstring": "postgres://...", "slot": "pageserver_<id>",
-//!  "system_id": 7301234567890123456, "consistent_lsn": "0/3000100"}
+//!  "system_id": 7301234567890123456, "consistent_lsn": "0/3000100",
+//!  "slot_origin": "created"}
 //! ```
 //!
+//! - `slot_origin`: `created` (the bootstrap created the slot) or `adopted`
+//!   (`PUT .../source` took an existing one, which no other timeline of
+//!   this pageserver used). Files written before it existed read as
+//!   `unknown`. Deleting the timeline drops the slot whatever the origin,
+//!   unless another timeline of this pageserver uses it
+//!   (`walreceiver::slots`).
 //! - `consistent_lsn`: the base backup's end LSN. The imported copy is fuzzy
 //!   until WAL up to it is applied, so reads below it are refused.
 //! - `system_id`: the primary's `IDENTIFY_SYSTEM` id; a primary with another
@@ -33,6 +40,21 @@ pub struct WalSource {
     pub slot: String,
     pub system_id: u64,
     pub consistent_lsn: Lsn,
+    #[serde(default)]
+    pub slot_origin: SlotOrigin,
+}
+
+/// How a timeline came to use its slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotOrigin {
+    /// The bootstrap created it (`CREATE_REPLICATION_SLOT`).
+    Created,
+    /// `PUT .../source` adopted an existing slot no other timeline used.
+    Adopted,
+    /// Written before the origin was recorded.
+    #[default]
+    Unknown,
 }
 
 impl WalSource {
@@ -118,10 +140,17 @@ mod tests {
             slot: "pageserver_x".to_string(),
             system_id: 7,
             consistent_lsn: Lsn(0x3000100),
+            slot_origin: SlotOrigin::Created,
         };
         s.persist(&engine, dir.path()).await.unwrap();
         assert_eq!(WalSource::load(&engine, dir.path()).await.unwrap(), Some(s.clone()));
         assert!(!s.redacted_connstring().contains("secret"));
+        // A file written before `slot_origin` existed.
+        let old = br#"{"connstring": "postgres://127.0.0.1/postgres", "slot": "s",
+                        "system_id": 7, "consistent_lsn": "0/3000100"}"#;
+        std::fs::write(dir.path().join(WAL_SOURCE_FILE), old).unwrap();
+        let loaded = WalSource::load(&engine, dir.path()).await.unwrap().unwrap();
+        assert_eq!(loaded.slot_origin, SlotOrigin::Unknown);
         std::fs::write(dir.path().join(WAL_SOURCE_FILE), b"{\"connstring\": 1}").unwrap();
         let err = WalSource::load(&engine, dir.path()).await.unwrap_err().to_string();
         assert!(err.contains(WAL_SOURCE_FILE), "{err}");
