@@ -12,6 +12,8 @@
 //! Every other tenant loads and serves. A timeline that cannot be loaded
 //! makes only itself Broken (`Tenant::get_timeline` names it and the reason;
 //! `pageserver_broken_timelines_count`); its tenant and siblings serve.
+//! A tenant whose load could not reach remote storage is not Broken but
+//! Activating, and its load is tried again with backoff (`activation.rs`).
 //!
 //! Concurrency: create, attach, detach (`attach.rs`) and delete of one
 //! tenant run one at a time: each holds the tenant's id in `busy` (a
@@ -26,16 +28,18 @@
 //! also deletes its remote objects unless a newer generation is claimed
 //! (`attachment::delete_tenant_objects`).
 
+mod activation;
 mod attach;
 
+pub use activation::OnActive;
 pub use attach::{LocationError, LocationMode, LocationOutcome, DETACH_UPLOAD_TIMEOUT};
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 use utils::id::{TenantId, TimelineId};
 
 use crate::metrics::storage as metrics;
@@ -53,6 +57,13 @@ pub struct TenantManager {
     tenants: RwLock<HashMap<TenantId, Arc<Tenant>>>,
     /// Tenants that failed to load: id -> reason.
     broken: RwLock<HashMap<TenantId, String>>,
+    /// Tenants whose load waits for remote storage (`activation.rs`).
+    /// Disjoint from `tenants` and `broken`.
+    activating: RwLock<HashMap<TenantId, activation::Activating>>,
+    /// Set by `start_activation`.
+    on_active: OnceLock<OnActive>,
+    /// This manager, for the activation tasks it spawns.
+    me: Weak<TenantManager>,
     /// Tenants being created, attached, detached or deleted (see the
     /// module comment).
     busy: Mutex<HashSet<TenantId>>,
@@ -83,6 +94,7 @@ impl TenantManager {
         let globals = Arc::new(Globals::default());
         let mut tenants = HashMap::new();
         let mut broken = HashMap::new();
+        let mut activating = HashMap::new();
         for entry in engine.read_dir(&dir).await? {
             let name = entry.name_lossy();
             let path = dir.join(&entry.name);
@@ -100,21 +112,34 @@ impl TenantManager {
                 Ok(t) => {
                     tenants.insert(id, t);
                 }
-                Err(e) => {
-                    let reason = format!("{e:#}");
-                    error!("tenant {id} is broken and will not be served: {reason}");
-                    broken.insert(id, reason);
-                }
+                Err(e) => match activation::park(id, &e, &cancel) {
+                    activation::Parked::Activating(a) => {
+                        activating.insert(id, a);
+                    }
+                    activation::Parked::Broken(reason) => {
+                        broken.insert(id, reason);
+                    }
+                },
             }
         }
         metrics::BROKEN_TENANTS.set(broken.len() as i64);
-        info!("loaded {} tenants from {} ({} broken)", tenants.len(), dir.display(), broken.len());
-        Ok(Arc::new(TenantManager {
+        metrics::ACTIVATING_TENANTS.set(activating.len() as i64);
+        info!(
+            "loaded {} tenants from {} ({} broken, {} activating)",
+            tenants.len(),
+            dir.display(),
+            broken.len(),
+            activating.len()
+        );
+        Ok(Arc::new_cyclic(|me| TenantManager {
             conf,
             globals,
             cancel,
             tenants: RwLock::new(tenants),
             broken: RwLock::new(broken),
+            activating: RwLock::new(activating),
+            on_active: OnceLock::new(),
+            me: me.clone(),
             busy: Mutex::new(HashSet::new()),
         }))
     }
@@ -147,6 +172,7 @@ impl TenantManager {
     fn is_here(&self, id: TenantId) -> bool {
         self.tenants.read().unwrap().contains_key(&id)
             || self.broken.read().unwrap().contains_key(&id)
+            || self.activating.read().unwrap().contains_key(&id)
     }
 
     fn tenant_dir(&self, id: TenantId) -> std::path::PathBuf {
@@ -208,6 +234,9 @@ impl TenantManager {
         if let Some(t) = self.tenants.read().unwrap().get(&id) {
             return Ok(t.clone());
         }
+        if let Some(e) = self.activating_error(id) {
+            return Err(e);
+        }
         match self.broken.read().unwrap().get(&id) {
             Some(reason) => Err(TenantError::Broken { id, reason: reason.clone() }),
             None => Err(TenantError::NotFound(format!("tenant {id}"))),
@@ -246,7 +275,7 @@ impl TenantManager {
         self.delete_remote_objects(id, generation).await
     }
 
-    /// Take tenant `id` (Active or Broken) out of the maps and stop it
+    /// Take tenant `id` (Active, Activating or Broken) out of the maps and stop it
     /// (with `flush`, after writing its in-memory data to disk). Returns
     /// its generation: the loaded one, or a Broken tenant's `tenant.json`.
     async fn stop_and_unpublish(
@@ -260,10 +289,13 @@ impl TenantManager {
             metrics::BROKEN_TIMELINES.sub(t.list_broken_timelines().len() as i64);
             return Ok(t.generation());
         }
-        if self.broken.write().unwrap().remove(&id).is_none() {
+        if self.unpark_activating(id) {
+            // Not loaded: nothing to stop; its generation is in tenant.json.
+        } else if self.broken.write().unwrap().remove(&id).is_some() {
+            metrics::BROKEN_TENANTS.dec();
+        } else {
             return Err(TenantError::NotFound(format!("tenant {id}")));
         }
-        metrics::BROKEN_TENANTS.dec();
         match TenantFile::load(&self.conf.io_engine, &self.tenant_dir(id)).await {
             Ok(file) => Ok(file.map(|f| f.generation)),
             Err(e) => {
@@ -306,6 +338,7 @@ impl TenantManager {
 
     /// Flush in-memory data of every timeline (bounded), then stop all tasks.
     pub async fn shutdown(&self) {
+        self.stop_activation().await;
         let tenants = self.list_tenants();
         info!("shutting down {} tenants", tenants.len());
         futures::future::join_all(tenants.iter().map(|t| t.shutdown(true))).await;
