@@ -19,7 +19,7 @@ from fixtures.utils import wait_until
 
 RETRY = {"retry_max_backoff": "500ms"}
 # Logged while the store cannot be used (the tenant is not Broken).
-ACTIVATING = r"is activating: remote storage could not be reached|is still activating"
+ACTIVATING = r"is activating: remote storage is unavailable"
 
 
 def uploaded_and_stopped(pageserver_factory, minio, small_backup):

@@ -9,12 +9,14 @@
 use std::error::Error;
 
 /// `e` and its causes, `": "`-separated, skipping every cause whose text
-/// the message already contains (and empty ones).
+/// the message already contains (and empty ones); one line (a store's
+/// multi-line answer has its line breaks replaced by spaces).
 pub fn report(e: &(dyn Error + 'static)) -> String {
-    let mut out = e.to_string();
+    let one_line = |e: &dyn Error| e.to_string().replace(['\r', '\n'], " ");
+    let mut out = one_line(e);
     let mut cause = e.source();
     while let Some(c) = cause {
-        let text = c.to_string();
+        let text = one_line(c);
         if !text.is_empty() && !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
@@ -53,6 +55,12 @@ mod tests {
             report_anyhow(&e),
             "claim generation 1: put object k in store S: connect: refused"
         );
+    }
+
+    #[test]
+    fn one_line() {
+        let e = anyhow::anyhow!("403 Forbidden: <?xml?>\n<Error/>").context("list");
+        assert_eq!(report_anyhow(&e), "list: 403 Forbidden: <?xml?> <Error/>");
     }
 
     #[test]

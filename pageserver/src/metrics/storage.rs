@@ -118,7 +118,7 @@ pub static ACTIVATING_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
 pub static TENANT_ACTIVATION_RETRIES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "pageserver_tenant_activation_retries_total",
-        "Loads of Activating tenants that failed because remote storage could not be reached"
+        "Loads of Activating tenants that failed because remote storage was unavailable"
     )
     .expect("register metric")
 });

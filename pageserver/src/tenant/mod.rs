@@ -13,7 +13,10 @@
 //! is loaded; the load makes the manifest its first upload target. A
 //! timeline being created (`UninitializedTimeline`) has none: nothing of
 //! it is uploaded before `finish()`, whose reload gets one (and so uploads
-//! the whole new timeline).
+//! the whole new timeline). The remote steps of a load (the claim, each
+//! timeline's index) run before any timeline is loaded, so a store that
+//! cannot be reached fails the load as a whole and the manager tries it
+//! again (the tenant is Activating: `mgr/activation.rs`).
 
 pub mod attachment;
 pub mod eviction;
@@ -204,7 +207,7 @@ pub enum TenantError {
     Broken { id: TenantId, reason: String },
     /// The tenant's load is waiting for remote storage (claiming its
     /// generation, downloading an index) and is tried again; retry later.
-    #[error("tenant {id} is activating: remote storage could not be reached, retrying: {reason}")]
+    #[error("tenant {id} is activating: remote storage is unavailable, retrying: {reason}")]
     Activating { id: TenantId, reason: String },
     /// The timeline could not be loaded at start-up; only deletion works.
     #[error("timeline {tenant}/{timeline} is broken: {reason}")]

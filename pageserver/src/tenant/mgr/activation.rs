@@ -69,14 +69,14 @@ pub(super) enum Parked {
     Broken(String),
 }
 
-/// Activating when the store could not be reached, else Broken; logged
+/// Activating when the store is unavailable, else Broken; logged
 /// here, once.
 pub(super) fn park(id: TenantId, e: &anyhow::Error, cancel: &CancellationToken) -> Parked {
     let reason = utils::error::report_anyhow(e);
     if store_unavailable(e) {
         warn!(
-            "tenant {id} is activating: remote storage could not be reached; its load is tried \
-             again with backoff: {reason}"
+            "tenant {id} is activating: remote storage is unavailable; its load is tried again \
+             with backoff (each further failed try is logged at INFO): {reason}"
         );
         let cancel = cancel.child_token();
         let since = Instant::now();
@@ -226,15 +226,11 @@ impl TenantManager {
         let mut map = self.activating.write().unwrap();
         let Some(a) = map.get_mut(&id) else { return false };
         a.tries += 1;
-        if reason != a.reason {
-            warn!("tenant {id} is still activating (try {}): {reason}", a.tries);
-            a.reason = reason;
-        } else {
-            info!(
-                "tenant {id}: try {} of its load failed as before; the next in {next:?}",
-                a.tries
-            );
-        }
+        info!(
+            "tenant {id} is still activating: try {} failed, the next in {next:?}: {reason}",
+            a.tries
+        );
+        a.reason = reason;
         true
     }
 
