@@ -95,6 +95,10 @@ impl TenantManager {
         let mut tenants = HashMap::new();
         let mut broken = HashMap::new();
         let mut activating = HashMap::new();
+        // Once one tenant found the store unavailable, the others are not
+        // tried here (each try can take `remote_storage.timeout`): they are
+        // Activating at once, tried by their activation tasks.
+        let mut store_down: Option<(TenantId, String)> = None;
         for entry in engine.read_dir(&dir).await? {
             let name = entry.name_lossy();
             let path = dir.join(&entry.name);
@@ -107,6 +111,10 @@ impl TenantManager {
                 warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
+            if let Some((first, reason)) = &store_down {
+                activating.insert(id, activation::not_tried(*first, reason, &cancel));
+                continue;
+            }
             match Tenant::load(conf.clone(), globals.clone(), id, path, cancel.child_token()).await
             {
                 Ok(t) => {
@@ -114,6 +122,7 @@ impl TenantManager {
                 }
                 Err(e) => match activation::park(id, &e, &cancel) {
                     activation::Parked::Activating(a) => {
+                        store_down = Some((id, a.reason().to_string()));
                         activating.insert(id, a);
                     }
                     activation::Parked::Broken(reason) => {
@@ -121,6 +130,13 @@ impl TenantManager {
                     }
                 },
             }
+        }
+        if let Some((first, _)) = store_down {
+            let not_tried = activating.len() - 1;
+            info!(
+                "{not_tried} tenants not tried at start-up: remote storage was unavailable for \
+                 tenant {first}; their activation tasks try them"
+            );
         }
         metrics::BROKEN_TENANTS.set(broken.len() as i64);
         metrics::ACTIVATING_TENANTS.set(activating.len() as i64);

@@ -10,6 +10,10 @@
 //! retry_max_backoff` (default 30 s), until it succeeds (the tenant is
 //! Active, its WAL receivers start) or fails for another reason (Broken:
 //! a newer generation is claimed, an index or local file is damaged).
+//! Once one tenant found the store unavailable at start-up, the tenants
+//! after it are not tried there (each try can take the store's request
+//! timeout, and start-up would take that times the tenants): they are
+//! Activating from the start, with 0 tries, and tried by their tasks.
 //! The tenant API shows the state, the latest error (each cause once) and
 //! the tries; `pageserver_activating_tenants_count` counts such tenants,
 //! `pageserver_tenant_activation_retries_total` their failed tries.
@@ -84,6 +88,26 @@ pub(super) fn park(id: TenantId, e: &anyhow::Error, cancel: &CancellationToken) 
     }
     error!("tenant {id} is broken and will not be served: {reason}");
     Parked::Broken(reason)
+}
+
+/// A tenant not tried at start-up: remote storage was unavailable for
+/// tenant `first` (with `reason`), tried just before.
+pub(super) fn not_tried(first: TenantId, reason: &str, cancel: &CancellationToken) -> Activating {
+    Activating {
+        reason: format!(
+            "not tried yet: remote storage was unavailable for tenant {first}: {reason}"
+        ),
+        tries: 0,
+        since: Instant::now(),
+        cancel: cancel.child_token(),
+        task: None,
+    }
+}
+
+impl Activating {
+    pub(super) fn reason(&self) -> &str {
+        &self.reason
+    }
 }
 
 impl TenantManager {
