@@ -220,6 +220,15 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
 
     let walreceiver_conf = Arc::new(conf.walreceiver.clone());
     pageserver::walreceiver::start_all(&tenants, &walreceiver_conf);
+    // Tenants whose load waits for remote storage start theirs once Active.
+    let on_active_conf = walreceiver_conf.clone();
+    tenants.start_activation(Box::new(move |tenant| {
+        for tl in tenant.list_timelines() {
+            if let Some(source) = tl.wal_source() {
+                pageserver::walreceiver::start(&tl, source, on_active_conf.clone());
+            }
+        }
+    }));
 
     let root = CancellationToken::new();
     let page_service_conf = Arc::new(conf.page_service_conf());

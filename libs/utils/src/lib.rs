@@ -1,5 +1,6 @@
 //! Small building blocks shared by the daemon, the load generator and tests.
 
+pub mod error;
 pub mod failpoint;
 pub mod id;
 pub mod lsn;

@@ -57,7 +57,8 @@ pub enum ApiError {
     /// daemon is not (503).
     #[error("{0}")]
     Unavailable(String),
-    #[error("{0:#}")]
+    /// Each cause of the chain once (`utils::error::report`).
+    #[error("{}", utils::error::report_anyhow(.0))]
     Internal(anyhow::Error),
 }
 
@@ -137,6 +138,7 @@ impl From<TenantError> for ApiError {
             TenantError::InvalidArgument(_) => ApiError::BadRequest(e.to_string()),
             TenantError::ShuttingDown => ApiError::ShuttingDown,
             TenantError::Busy(_) => ApiError::Overloaded(e.to_string()),
+            TenantError::Activating { .. } => ApiError::Unavailable(e.to_string()),
             TenantError::Broken { .. } | TenantError::TimelineBroken { .. } => {
                 ApiError::Conflict(e.to_string())
             }

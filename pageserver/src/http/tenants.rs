@@ -49,11 +49,27 @@ fn broken_info(id: TenantId, reason: &str) -> TenantInfo {
     }
 }
 
-/// `GET /v1/tenant`: every tenant (Broken ones with their reason), sorted by id.
+/// An Activating tenant (its load waits for remote storage):
+/// `{"slug": "Activating", "data": {"reason": ..., "tries": N}}`.
+fn activating_info(id: TenantId, reason: &str, tries: u32) -> TenantInfo {
+    let data = serde_json::json!({ "reason": reason, "tries": tries });
+    TenantInfo {
+        id,
+        state: Slug { slug: "Activating".to_string(), data: Some(data) },
+        current_physical_size: None,
+        attachment_status: Slug::new("attaching"),
+        generation: None,
+    }
+}
+
+/// `GET /v1/tenant`: every tenant (Broken ones with their reason,
+/// Activating ones with their latest error), sorted by id.
 pub async fn list(State(state): State<HttpState>) -> Json<Vec<TenantInfo>> {
     let mut infos: Vec<TenantInfo> =
         state.tenants.list_tenants().iter().map(|t| tenant_info(t)).collect();
     infos.extend(state.tenants.list_broken().iter().map(|(id, reason)| broken_info(*id, reason)));
+    let activating = state.tenants.list_activating();
+    infos.extend(activating.iter().map(|(id, reason, tries)| activating_info(*id, reason, *tries)));
     infos.sort_by_key(|i| i.id);
     Json(infos)
 }
@@ -63,6 +79,10 @@ pub async fn get(
     State(state): State<HttpState>,
     TenantPath(id): TenantPath,
 ) -> Result<Json<TenantDetails>, ApiError> {
+    if let Some((reason, tries)) = state.tenants.activating(id) {
+        let info = activating_info(id, &reason, tries);
+        return Ok(Json(TenantDetails { info, walredo: None, timelines: Vec::new() }));
+    }
     let tenant = match state.tenants.get_tenant(id) {
         Err(TenantError::Broken { id, reason }) => {
             let info = broken_info(id, &reason);

@@ -105,6 +105,24 @@ pub static BROKEN_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
         .expect("register metric")
 });
 
+/// Tenants whose load waits for remote storage (Activating, retried).
+pub static ACTIVATING_TENANTS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "pageserver_activating_tenants_count",
+        "Tenants in the Activating state: their load waits for remote storage"
+    )
+    .expect("register metric")
+});
+
+/// Failed tries to load an Activating tenant (remote storage unreachable).
+pub static TENANT_ACTIVATION_RETRIES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_tenant_activation_retries_total",
+        "Loads of Activating tenants that failed because remote storage was unavailable"
+    )
+    .expect("register metric")
+});
+
 /// Timelines that could not be loaded at start-up (Broken), until deleted.
 pub static BROKEN_TIMELINES: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("pageserver_broken_timelines_count", "Timelines in the Broken state")
@@ -152,6 +170,8 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&INGEST_BACKPRESSURE);
     LazyLock::force(&BROKEN_TENANTS);
     LazyLock::force(&BROKEN_TIMELINES);
+    LazyLock::force(&ACTIVATING_TENANTS);
+    LazyLock::force(&TENANT_ACTIVATION_RETRIES);
     LazyLock::force(&LAYER_CORRUPTION_ERRORS);
     LazyLock::force(&LAYER_INDEX_CACHE_HITS);
     LazyLock::force(&LAYER_INDEX_CACHE_MISSES);

@@ -75,7 +75,7 @@ impl From<TenantError> for QueryError {
             e @ (TenantError::NotFound(_) | TenantError::InvalidArgument(_)) => {
                 QueryError::command(sqlstate::INTERNAL_ERROR, e.to_string())
             }
-            e => QueryError::command(sqlstate::INTERNAL_ERROR, format!("{e:#}")),
+            e => QueryError::command(sqlstate::INTERNAL_ERROR, utils::error::report(&e)),
         }
     }
 }

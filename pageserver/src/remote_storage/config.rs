@@ -12,8 +12,10 @@
 //! for them, and `deny_unknown_fields` refuses one. Optional tuning keys:
 //! `concurrency` (transfers in flight per pageserver), `upload_queue_size`
 //! (bytes of layer files a timeline may have waiting for upload before its
-//! flushes wait), `deletion_delay` (how long replaced objects stay), and
-//! `timeout` (one request).
+//! flushes wait), `deletion_delay` (how long replaced objects stay),
+//! `timeout` (one request) and `retry_max_backoff` (the longest wait
+//! between two tries of a tenant's start-up steps while the store cannot
+//! be reached).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -35,6 +37,8 @@ pub struct RemoteStorageToml {
     pub deletion_delay: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub retry_max_backoff: Option<Duration>,
 }
 
 /// Where the objects are.
@@ -55,12 +59,19 @@ pub struct RemoteStorageConfig {
     pub upload_queue_bytes: u64,
     pub deletion_delay: Duration,
     pub timeout: Duration,
+    /// A tenant whose load found the store unreachable is tried again
+    /// after `RETRY_FIRST_BACKOFF` (or this, if shorter), doubling up to
+    /// this.
+    pub retry_max_backoff: Duration,
 }
 
 pub const DEFAULT_CONCURRENCY: usize = 8;
 pub const DEFAULT_UPLOAD_QUEUE_BYTES: u64 = 1 << 30;
 pub const DEFAULT_DELETION_DELAY: Duration = Duration::from_secs(60);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+pub const DEFAULT_RETRY_MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The first wait before a tenant's load is tried again.
+pub const RETRY_FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
 impl RemoteStorageToml {
     /// Check the table; the error says what is wrong with which key (the
@@ -119,6 +130,10 @@ impl RemoteStorageToml {
         if timeout.is_zero() {
             return Err("timeout must be above 0".into());
         }
+        let retry_max_backoff = self.retry_max_backoff.unwrap_or(DEFAULT_RETRY_MAX_BACKOFF);
+        if retry_max_backoff.is_zero() {
+            return Err("retry_max_backoff must be above 0".into());
+        }
         Ok(RemoteStorageConfig {
             kind,
             prefix,
@@ -126,6 +141,7 @@ impl RemoteStorageToml {
             upload_queue_bytes,
             deletion_delay: self.deletion_delay.unwrap_or(DEFAULT_DELETION_DELAY),
             timeout,
+            retry_max_backoff,
         })
     }
 }
@@ -150,6 +166,9 @@ mod tests {
         let c = parse("local_path = '/tmp/x'\ndeletion_delay = '2s'").unwrap();
         assert_eq!(c.kind, RemoteStorageKind::LocalFs { path: "/tmp/x".into() });
         assert_eq!(c.deletion_delay, Duration::from_secs(2));
+        assert_eq!(c.retry_max_backoff, DEFAULT_RETRY_MAX_BACKOFF);
+        let c = parse("local_path = '/tmp/x'\nretry_max_backoff = '500ms'").unwrap();
+        assert_eq!(c.retry_max_backoff, Duration::from_millis(500));
     }
 
     #[test]
@@ -159,6 +178,8 @@ mod tests {
         assert!(parse("local_path = 'rel'").unwrap_err().contains("absolute"));
         assert!(parse("bucket = 'b'\nendpoint = 'minio:9000'").unwrap_err().contains("endpoint"));
         assert!(parse("bucket = 'b'\nconcurrency = 0").unwrap_err().contains("concurrency"));
+        let e = parse("bucket = 'b'\nretry_max_backoff = '0s'").unwrap_err();
+        assert!(e.contains("retry_max_backoff"), "{e}");
         // Credentials are never read from the file.
         let e = parse("bucket = 'b'\naccess_key_id = 'x'").unwrap_err();
         assert!(e.contains("access_key_id"), "{e}");

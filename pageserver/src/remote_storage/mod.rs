@@ -69,6 +69,13 @@ impl RemoteError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, RemoteError::NotFound { .. })
     }
+
+    /// The store could not be reached or refused the request (network,
+    /// timeout, credentials, a missing bucket): trying again later may
+    /// work. Not found, corrupt and local errors are not.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, RemoteError::Store { .. } | RemoteError::Timeout { .. })
+    }
 }
 
 /// An object's size and CRC-32C.

@@ -10,7 +10,10 @@
 //! - with remote storage configured, every loaded tenant has a generation,
 //!   claimed in remote storage (`claim_generation`) before any of its
 //!   timelines is loaded; a newer claim fails the load (the tenant is
-//!   Broken, the reason naming both generations). A tenant that existed
+//!   Broken, the reason naming both generations). A store that cannot be
+//!   reached (`store_unavailable`) while claiming or downloading an index
+//!   fails the whole load before any timeline is loaded; the manager keeps
+//!   the tenant Activating and tries again (`mgr/activation.rs`). A tenant that existed
 //!   before remote storage was configured (no `tenant.json`) gets
 //!   generation 1. Without remote storage no tenant has a generation and
 //!   `tenant.json` is not read;
@@ -21,6 +24,7 @@
 //!   its own is claimed, and an object of a newer generation is never
 //!   deleted (`remote_timeline`'s rule).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,10 +38,10 @@ use super::remote_timeline::client::RemoteTimelineClient;
 use super::remote_timeline::index_part::IndexPart;
 use super::remote_timeline::{
     claim_generation, download_newest_index, newest_generation, tenant_prefix, timeline_prefix,
-    Generation, TimelineObject,
+    ClaimError, Generation, TimelineObject,
 };
 use super::{StorageConf, TenantError};
-use crate::remote_storage::RemoteStorage;
+use crate::remote_storage::{RemoteError, RemoteStorage};
 
 pub const TENANT_FILE: &str = "tenant.json";
 /// A tenant file is a few bytes; anything larger is damage.
@@ -124,12 +128,61 @@ pub(super) async fn claim_new_tenant(
     Ok(first)
 }
 
+/// Whether a failed load (or claim) is remote storage that could not be
+/// reached or refused the request (network, timeout, credentials): a
+/// state of the store, not damage of the tenant, so the load is tried
+/// again later. A stale generation, a damaged index or local file is not.
+pub fn store_unavailable(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<RemoteError>().is_some_and(RemoteError::is_unavailable)
+            || matches!(c.downcast_ref::<ClaimError>(), Some(ClaimError::Remote(r)) if r.is_unavailable())
+    })
+}
+
 /// Where a timeline's remote client gets its remote state from.
 pub(super) enum RemoteIndex {
-    /// The newest index at or below the generation, downloaded now.
-    Download,
-    /// Known already: handed over by attach, or `None` for a new timeline.
+    /// Known: downloaded by the load (`fetch_indexes`), handed over by
+    /// attach, or `None` (no index yet, a new timeline).
     Given(Option<IndexPart>),
+    /// The index could not be downloaded or read for a reason other than
+    /// an unreachable store: the timeline is Broken with it.
+    Unusable(anyhow::Error),
+}
+
+/// The remote index of each of `timelines` (local timelines of tenant
+/// `id`), the ones in `given` (handed over by attach) as they are, the
+/// others the newest at or below `generation`, downloaded now: before any
+/// timeline is loaded, so a store that cannot be reached fails the
+/// tenant's load as a whole (`store_unavailable`; the manager tries
+/// again) instead of making timelines Broken. Without remote storage every
+/// index is `Given(None)`.
+pub(super) async fn fetch_indexes(
+    conf: &StorageConf,
+    id: TenantId,
+    generation: Option<Generation>,
+    timelines: &[TimelineId],
+    mut given: HashMap<TimelineId, IndexPart>,
+) -> anyhow::Result<HashMap<TimelineId, RemoteIndex>> {
+    let mut out = HashMap::new();
+    for &tl in timelines {
+        let index = match (&conf.remote_storage, generation, given.remove(&tl)) {
+            (_, _, Some(ip)) => RemoteIndex::Given(Some(ip)),
+            (Some(rs), Some(g), None) => match download_newest_index(rs, id, tl, g).await {
+                Ok(ip) => RemoteIndex::Given(ip),
+                Err(e) if store_unavailable(&e) => {
+                    return Err(e.context(format!(
+                        "download the remote index of timeline {id}/{tl} (generation <= {g})"
+                    )));
+                }
+                Err(e) => RemoteIndex::Unusable(
+                    e.context(format!("the remote index of generation <= {g}")),
+                ),
+            },
+            _ => RemoteIndex::Given(None),
+        };
+        out.insert(tl, index);
+    }
+    Ok(out)
 }
 
 /// The remote client of timeline `ids.1` (local directory `dir`), or
@@ -147,9 +200,7 @@ pub(super) async fn timeline_client(
     };
     let index = match index {
         RemoteIndex::Given(index) => index,
-        RemoteIndex::Download => download_newest_index(rs, ids.0, ids.1, generation)
-            .await
-            .with_context(|| format!("the remote index of generation <= {generation}"))?,
+        RemoteIndex::Unusable(e) => return Err(e),
     };
     if let Some(ip) = &index {
         assert!(
@@ -263,6 +314,36 @@ mod tests {
             let err = TenantFile::load(&engine, dir.path()).await.unwrap_err().to_string();
             assert!(err.contains(TENANT_FILE), "{err}");
         }
+    }
+
+    #[test]
+    fn an_unreachable_store_is_not_damage() {
+        let refused = || object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+        };
+        let (key, store) = ("tenants/t/generations".to_string(), "S3 bucket b".to_string());
+        let down = RemoteError::Store {
+            op: "list",
+            key: key.clone(),
+            store: store.clone(),
+            source: refused(),
+        };
+        let e = anyhow::Error::new(ClaimError::Remote(down)).context("claim generation 1");
+        assert!(store_unavailable(&e), "{e:#}");
+        let timeout = RemoteError::Timeout {
+            op: "get",
+            key: key.clone(),
+            store: store.clone(),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert!(store_unavailable(&anyhow::Error::new(timeout).context("download the index")));
+        let t = TenantId::generate();
+        let stale = ClaimError::Stale { tenant: t, wanted: 1, newest: 2 };
+        assert!(!store_unavailable(&anyhow::Error::new(stale).context("claim generation 1")));
+        let gone = RemoteError::NotFound { key, store };
+        assert!(!store_unavailable(&anyhow::Error::new(gone)));
+        assert!(!store_unavailable(&anyhow::anyhow!("object k is not a valid index")));
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! Every other tenant loads and serves. A timeline that cannot be loaded
 //! makes only itself Broken (`Tenant::get_timeline` names it and the reason;
 //! `pageserver_broken_timelines_count`); its tenant and siblings serve.
+//! A tenant whose load could not reach remote storage is not Broken but
+//! Activating, and its load is tried again with backoff (`activation.rs`).
 //!
 //! Concurrency: create, attach, detach (`attach.rs`) and delete of one
 //! tenant run one at a time: each holds the tenant's id in `busy` (a
@@ -26,18 +28,20 @@
 //! also deletes its remote objects unless a newer generation is claimed
 //! (`attachment::delete_tenant_objects`).
 
+mod activation;
 mod attach;
 mod sources;
 
+pub use activation::OnActive;
 pub use attach::{LocationError, LocationMode, LocationOutcome, DETACH_UPLOAD_TIMEOUT};
 pub use sources::TimelineSource;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 use utils::id::{TenantId, TimelineId};
 
 use crate::metrics::storage as metrics;
@@ -55,6 +59,13 @@ pub struct TenantManager {
     tenants: RwLock<HashMap<TenantId, Arc<Tenant>>>,
     /// Tenants that failed to load: id -> reason.
     broken: RwLock<HashMap<TenantId, String>>,
+    /// Tenants whose load waits for remote storage (`activation.rs`).
+    /// Disjoint from `tenants` and `broken`.
+    activating: RwLock<HashMap<TenantId, activation::Activating>>,
+    /// Set by `start_activation`.
+    on_active: OnceLock<OnActive>,
+    /// This manager, for the activation tasks it spawns.
+    me: Weak<TenantManager>,
     /// Tenants being created, attached, detached or deleted (see the
     /// module comment).
     busy: Mutex<HashSet<TenantId>>,
@@ -85,6 +96,11 @@ impl TenantManager {
         let globals = Arc::new(Globals::default());
         let mut tenants = HashMap::new();
         let mut broken = HashMap::new();
+        let mut activating = HashMap::new();
+        // Once one tenant found the store unavailable, the others are not
+        // tried here (each try can take `remote_storage.timeout`): they are
+        // Activating at once, tried by their activation tasks.
+        let mut store_down: Option<(TenantId, String)> = None;
         for entry in engine.read_dir(&dir).await? {
             let name = entry.name_lossy();
             let path = dir.join(&entry.name);
@@ -97,26 +113,51 @@ impl TenantManager {
                 warn!("ignoring unexpected entry {}", path.display());
                 continue;
             };
+            if let Some((first, reason)) = &store_down {
+                activating.insert(id, activation::not_tried(*first, reason, &cancel));
+                continue;
+            }
             match Tenant::load(conf.clone(), globals.clone(), id, path, cancel.child_token()).await
             {
                 Ok(t) => {
                     tenants.insert(id, t);
                 }
-                Err(e) => {
-                    let reason = format!("{e:#}");
-                    error!("tenant {id} is broken and will not be served: {reason}");
-                    broken.insert(id, reason);
-                }
+                Err(e) => match activation::park(id, &e, &cancel) {
+                    activation::Parked::Activating(a) => {
+                        store_down = Some((id, a.reason().to_string()));
+                        activating.insert(id, a);
+                    }
+                    activation::Parked::Broken(reason) => {
+                        broken.insert(id, reason);
+                    }
+                },
             }
         }
+        if let Some((first, _)) = store_down {
+            let not_tried = activating.len() - 1;
+            info!(
+                "{not_tried} tenants not tried at start-up: remote storage was unavailable for \
+                 tenant {first}; their activation tasks try them"
+            );
+        }
         metrics::BROKEN_TENANTS.set(broken.len() as i64);
-        info!("loaded {} tenants from {} ({} broken)", tenants.len(), dir.display(), broken.len());
-        Ok(Arc::new(TenantManager {
+        metrics::ACTIVATING_TENANTS.set(activating.len() as i64);
+        info!(
+            "loaded {} tenants from {} ({} broken, {} activating)",
+            tenants.len(),
+            dir.display(),
+            broken.len(),
+            activating.len()
+        );
+        Ok(Arc::new_cyclic(|me| TenantManager {
             conf,
             globals,
             cancel,
             tenants: RwLock::new(tenants),
             broken: RwLock::new(broken),
+            activating: RwLock::new(activating),
+            on_active: OnceLock::new(),
+            me: me.clone(),
             busy: Mutex::new(HashSet::new()),
         }))
     }
@@ -149,6 +190,7 @@ impl TenantManager {
     fn is_here(&self, id: TenantId) -> bool {
         self.tenants.read().unwrap().contains_key(&id)
             || self.broken.read().unwrap().contains_key(&id)
+            || self.activating.read().unwrap().contains_key(&id)
     }
 
     fn tenant_dir(&self, id: TenantId) -> std::path::PathBuf {
@@ -210,6 +252,9 @@ impl TenantManager {
         if let Some(t) = self.tenants.read().unwrap().get(&id) {
             return Ok(t.clone());
         }
+        if let Some(e) = self.activating_error(id) {
+            return Err(e);
+        }
         match self.broken.read().unwrap().get(&id) {
             Some(reason) => Err(TenantError::Broken { id, reason: reason.clone() }),
             None => Err(TenantError::NotFound(format!("tenant {id}"))),
@@ -248,7 +293,7 @@ impl TenantManager {
         self.delete_remote_objects(id, generation).await
     }
 
-    /// Take tenant `id` (Active or Broken) out of the maps and stop it
+    /// Take tenant `id` (Active, Activating or Broken) out of the maps and stop it
     /// (with `flush`, after writing its in-memory data to disk). Returns
     /// its generation: the loaded one, or a Broken tenant's `tenant.json`.
     async fn stop_and_unpublish(
@@ -262,10 +307,13 @@ impl TenantManager {
             metrics::BROKEN_TIMELINES.sub(t.list_broken_timelines().len() as i64);
             return Ok(t.generation());
         }
-        if self.broken.write().unwrap().remove(&id).is_none() {
+        if self.unpark_activating(id) {
+            // Not loaded: nothing to stop; its generation is in tenant.json.
+        } else if self.broken.write().unwrap().remove(&id).is_some() {
+            metrics::BROKEN_TENANTS.dec();
+        } else {
             return Err(TenantError::NotFound(format!("tenant {id}")));
         }
-        metrics::BROKEN_TENANTS.dec();
         match TenantFile::load(&self.conf.io_engine, &self.tenant_dir(id)).await {
             Ok(file) => Ok(file.map(|f| f.generation)),
             Err(e) => {
@@ -308,6 +356,7 @@ impl TenantManager {
 
     /// Flush in-memory data of every timeline (bounded), then stop all tasks.
     pub async fn shutdown(&self) {
+        self.stop_activation().await;
         let tenants = self.list_tenants();
         info!("shutting down {} tenants", tenants.len());
         futures::future::join_all(tenants.iter().map(|t| t.shutdown(true))).await;

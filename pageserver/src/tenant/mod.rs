@@ -13,7 +13,10 @@
 //! is loaded; the load makes the manifest its first upload target. A
 //! timeline being created (`UninitializedTimeline`) has none: nothing of
 //! it is uploaded before `finish()`, whose reload gets one (and so uploads
-//! the whole new timeline).
+//! the whole new timeline). The remote steps of a load (the claim, each
+//! timeline's index) run before any timeline is loaded, so a store that
+//! cannot be reached fails the load as a whole and the manager tries it
+//! again (the tenant is Activating: `mgr/activation.rs`).
 
 pub mod attachment;
 pub mod eviction;
@@ -202,6 +205,10 @@ pub enum TenantError {
     /// The tenant could not be loaded at start-up; only deletion works.
     #[error("tenant {id} is broken: {reason}")]
     Broken { id: TenantId, reason: String },
+    /// The tenant's load is waiting for remote storage (claiming its
+    /// generation, downloading an index) and is tried again; retry later.
+    #[error("tenant {id} is activating: remote storage is unavailable, retrying: {reason}")]
+    Activating { id: TenantId, reason: String },
     /// The timeline could not be loaded at start-up; only deletion works.
     #[error("timeline {tenant}/{timeline} is broken: {reason}")]
     TimelineBroken { tenant: TenantId, timeline: TimelineId, reason: String },
@@ -343,7 +350,7 @@ impl Tenant {
         id: TenantId,
         dir: PathBuf,
         cancel: CancellationToken,
-        mut indexes: HashMap<TimelineId, IndexPart>,
+        indexes: HashMap<TimelineId, IndexPart>,
     ) -> anyhow::Result<Arc<Tenant>> {
         let engine = &conf.io_engine;
         let scratch = dir.join("scratch");
@@ -352,6 +359,23 @@ impl Tenant {
         }
         engine.create_dir_all(&scratch).await?;
         let generation = attachment::claim_at_load(&conf, id, &dir).await?;
+        let tl_dir = dir.join("timelines");
+        let mut local = Vec::new();
+        for entry in engine.read_dir(&tl_dir).await? {
+            let name = entry.name_lossy();
+            let path = tl_dir.join(&entry.name);
+            if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
+                info!("removing unfinished timeline directory {}", path.display());
+                engine.remove_dir_all(&path).await?;
+                continue;
+            }
+            match name.parse::<TimelineId>() {
+                Ok(tlid) => local.push((tlid, path)),
+                Err(_) => warn!("ignoring unexpected entry {}", path.display()),
+            }
+        }
+        let ids: Vec<TimelineId> = local.iter().map(|(tlid, _)| *tlid).collect();
+        let mut indexes = attachment::fetch_indexes(&conf, id, generation, &ids, indexes).await?;
         let tenant = Tenant {
             id,
             generation,
@@ -363,22 +387,8 @@ impl Tenant {
             broken_timelines: RwLock::new(HashMap::new()),
             creating: Mutex::new(HashSet::new()),
         };
-        let tl_dir = tenant.dir.join("timelines");
-        for entry in tenant.conf.io_engine.read_dir(&tl_dir).await? {
-            let name = entry.name_lossy();
-            let path = tl_dir.join(&entry.name);
-            if name.ends_with(io_engine::TEMP_SUFFIX) || name.ends_with(DELETED_SUFFIX) {
-                info!("removing unfinished timeline directory {}", path.display());
-                tenant.conf.io_engine.remove_dir_all(&path).await?;
-                continue;
-            }
-            let Ok(tlid) = name.parse::<TimelineId>() else {
-                warn!("ignoring unexpected entry {}", path.display());
-                continue;
-            };
-            let index = indexes
-                .remove(&tlid)
-                .map_or(RemoteIndex::Download, |ip| RemoteIndex::Given(Some(ip)));
+        for (tlid, path) in local {
+            let index = indexes.remove(&tlid).expect("fetch_indexes answers every timeline");
             tenant.load_timeline_or_mark_broken(tlid, path, index).await;
         }
         metrics::BROKEN_TIMELINES.add(tenant.list_broken_timelines().len() as i64);
@@ -399,7 +409,7 @@ impl Tenant {
                 self.timelines.write().unwrap().insert(tlid, tl);
             }
             Err(e) => {
-                let reason = format!("{e:#}");
+                let reason = utils::error::report_anyhow(&e);
                 error!("timeline {}/{tlid} is broken and will not be served: {reason}", self.id);
                 self.broken_timelines.write().unwrap().insert(tlid, reason);
             }

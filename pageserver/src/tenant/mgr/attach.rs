@@ -150,6 +150,11 @@ impl TenantManager {
                  before attaching it again"
             )));
         }
+        if let Some(e) = self.activating_error(id) {
+            return Err(LocationError::Conflict(format!(
+                "{e}; wait until it is Active (then attach), or delete it"
+            )));
+        }
         let current = self.tenants.read().unwrap().get(&id).cloned();
         let Some(tenant) = current else {
             let tenant = self.attach_new(rs, id, generation).await?;
@@ -280,10 +285,7 @@ impl TenantManager {
             }
             Err(e) => {
                 cancel.cancel(); // timelines loaded before the failure stop
-                let reason = format!("{e:#}");
-                tracing::error!("tenant {id} is broken and will not be served: {reason}");
-                self.broken.write().unwrap().insert(id, reason);
-                metrics::BROKEN_TENANTS.inc();
+                self.park_failed_load(id, &e);
                 Err(e.context(format!("reload tenant {id} with generation {generation}")).into())
             }
         }
@@ -296,10 +298,18 @@ impl TenantManager {
         let tenant = self.tenants.read().unwrap().get(&id).cloned();
         match tenant {
             Some(t) => self.wait_tenant_uploaded(&t, upload_timeout).await?,
-            None if self.broken.read().unwrap().contains_key(&id) => {
+            None => {
+                if let Some(e) = self.activating_error(id) {
+                    return Err(LocationError::Conflict(format!(
+                        "{e}; its local layers may not all be uploaded: wait until it is Active \
+                         (then detach), or delete it"
+                    )));
+                }
+                if !self.broken.read().unwrap().contains_key(&id) {
+                    return Ok(());
+                }
                 warn!("detaching broken tenant {id}: only what remote storage has of it stays");
             }
-            None => return Ok(()),
         }
         let generation = self.stop_and_unpublish(id, false).await?;
         remove_dir_durably(&self.conf, &self.tenant_dir(id)).await?;
