@@ -154,7 +154,10 @@ async fn renewals_write_the_file_a_bounded_number_of_times() {
     let loaded: std::collections::BTreeMap<_, _> = tl.valid_leases(now).into_iter().collect();
     assert_eq!(loaded.get(&INITIAL), Some(&first));
     for (lsn, a) in lsns.iter().zip(&answers) {
-        assert!(loaded.get(lsn).is_some_and(|l| l >= a), "{lsn}: answered {a:?}, loaded {loaded:?}");
+        assert!(
+            loaded.get(lsn).is_some_and(|l| l >= a),
+            "{lsn}: answered {a:?}, loaded {loaded:?}"
+        );
     }
     mgr.shutdown().await;
 }
