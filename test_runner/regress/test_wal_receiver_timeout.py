@@ -110,3 +110,4 @@ def test_failing_flush_shows_in_the_state(pageserver_factory, testing_pageserver
     wait_for(http, tenant, timeline, "flushed", lambda i: parse_lsn(i["disk_consistent_lsn"]) >= lsn)
     src = wait_for(http, tenant, timeline, "streaming", state("streaming"))["wal_source"]
     assert src["state"] == "streaming", src
+    http.timeline_delete(tenant, timeline)  # before the primary stops at teardown
