@@ -167,7 +167,10 @@ pub struct WalSourceInfo {
     pub system_id: u64,
     /// Reads below this LSN are refused (the base backup's end).
     pub consistent_lsn: Lsn,
-    /// `connecting`, `streaming`, `waiting to reconnect` or `stopped`.
+    /// `connecting`, `streaming`, `waiting to reconnect`, `stalled` (the
+    /// primary sent nothing for `wal_receiver_timeout`: reconnecting, until
+    /// a session streams again), `flush failing` (ingested WAL cannot be
+    /// written to disk; `last_error` says why) or `stopped`.
     pub state: String,
     /// WAL received up to here (ingested: `last_record_lsn`; durable and
     /// acknowledged to the primary: `disk_consistent_lsn`).
@@ -178,7 +181,12 @@ pub struct WalSourceInfo {
     pub lag_bytes: u64,
     /// While behind: milliseconds since the primary sent its latest message.
     pub lag_ms: u64,
-    /// Why the latest session ended, if it failed.
+    /// Milliseconds since the latest message from the primary (WAL or
+    /// keepalive), in any session; `None` before the first.
+    #[serde(default)]
+    pub last_message_age_ms: Option<u64>,
+    /// Why the latest session ended, if it failed; while flushing fails,
+    /// the flush error.
     pub last_error: Option<String>,
 }
 

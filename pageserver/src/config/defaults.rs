@@ -57,6 +57,11 @@ pub const DEFAULT_WAL_RECEIVER_STATUS_INTERVAL: &str = "10 s";
 /// and reports it (the slot advances; a stopping primary is not kept waiting).
 pub const DEFAULT_WAL_RECEIVER_IDLE_FLUSH: &str = "10 s";
 
+/// A WAL receiver that heard nothing from its primary (neither WAL nor a
+/// keepalive) for this long drops the connection and reconnects
+/// (PostgreSQL's `wal_receiver_timeout` default).
+pub const DEFAULT_WAL_RECEIVER_TIMEOUT: &str = "60 s";
+
 /// How long an LSN lease lasts from its latest renewal (Neon's default).
 pub const DEFAULT_LSN_LEASE_LENGTH: &str = "10 m";
 

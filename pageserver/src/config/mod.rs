@@ -172,6 +172,7 @@ impl PageServerConf {
             http_auth_open_routes,
             wal_receiver_status_interval,
             wal_receiver_idle_flush,
+            wal_receiver_timeout,
             wal_redo_check,
             max_concurrent_backups,
             max_concurrent_backups_per_tenant,
@@ -230,6 +231,7 @@ impl PageServerConf {
         let walreceiver = WalReceiverConf {
             status_interval: wal_receiver_status_interval,
             idle_flush_after: wal_receiver_idle_flush,
+            timeout: (!wal_receiver_timeout.is_zero()).then_some(wal_receiver_timeout),
             ..WalReceiverConf::default()
         };
         if !(1..=defaults::MAX_GET_VECTORED_KEYS_LIMIT).contains(&max_get_vectored_keys) {

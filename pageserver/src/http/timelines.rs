@@ -67,17 +67,19 @@ fn wal_source_info(tl: &Timeline, s: &WalSource) -> WalSourceInfo {
     let status = tl.receiver_status.lock().unwrap().clone();
     let now = pq_proto::replication::PgTimestamp::now().0;
     let (lag_bytes, lag_ms) = status.lag(tl.get_last_record_lsn(), now);
+    let (state, last_error) = status.shown(tl.flush_error().as_deref().map(String::as_str));
     WalSourceInfo {
         connstring: s.redacted_connstring(),
         slot: s.slot.clone(),
         system_id: s.system_id,
         consistent_lsn: s.consistent_lsn,
-        state: if status.state.is_empty() { "starting" } else { status.state }.to_string(),
+        state: state.to_string(),
         received_lsn: status.received_lsn,
         primary_lsn: status.primary_lsn,
         lag_bytes,
         lag_ms,
-        last_error: status.last_error,
+        last_message_age_ms: status.last_message_age_ms(),
+        last_error,
     }
 }
 

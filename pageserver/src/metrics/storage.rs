@@ -146,6 +146,15 @@ pub static VALID_LSN_LEASES: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("register metric")
 });
 
+/// Writes of LSN lease files (`lsn_leases.json`), all timelines together.
+pub static LEASE_FILE_WRITES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_lease_file_writes_total",
+        "Durable writes of LSN lease files, all timelines"
+    )
+    .expect("register metric")
+});
+
 /// Count the valid leases of every timeline into [`VALID_LSN_LEASES`].
 pub fn refresh_lease_count(tenants: &crate::tenant::mgr::TenantManager) {
     let now = std::time::SystemTime::now();
@@ -178,6 +187,7 @@ pub fn register(read_kinds: &[&str]) {
     LazyLock::force(&LAYER_INDEX_CACHE_BYTES);
     LazyLock::force(&IO_ENGINE_IN_FLIGHT_OPS);
     LazyLock::force(&VALID_LSN_LEASES);
+    LazyLock::force(&LEASE_FILE_WRITES);
 }
 
 pub fn record_flush(elapsed: Duration, bytes: u64) {

@@ -8,6 +8,7 @@
 //! | `pageserver_wal_ingest_records_total` | counter | `rmgr` | WAL records ingested, by resource manager |
 //! | `pageserver_wal_ingest_batch_seconds` | histogram | | time to ingest and commit the records of one replication message |
 //! | `pageserver_wal_receiver_reconnects_total` | counter | | replication sessions that ended and were retried |
+//! | `pageserver_wal_receiver_stalls_total` | counter | | sessions dropped because the primary sent nothing for `wal_receiver_timeout` |
 //! | `pageserver_wal_receiver_lag_bytes` | gauge | `tenant_id`, `timeline_id` | the primary's latest WAL end minus `last_record_lsn` |
 //! | `pageserver_wal_receiver_lag_seconds` | gauge | `tenant_id`, `timeline_id` | while behind: time since the primary sent its latest message |
 //! | `pageserver_wal_receiver_refusals_total` | counter | `reason` | sessions that stopped at WAL a standby must refuse (`wal_level_minimal`) |
@@ -35,6 +36,7 @@ pub struct WalReceiverMetrics {
     records: [IntCounter; RMGR_SLOTS],
     pub ingest_seconds: Histogram,
     pub reconnects: IntCounter,
+    pub stalls: IntCounter,
     pub refusals: IntCounterVec,
     pub full_page_writes_off: IntCounter,
     pub slots_left: IntCounterVec,
@@ -133,6 +135,11 @@ pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
         reconnects: register_int_counter!(
             "pageserver_wal_receiver_reconnects_total",
             "Replication sessions that ended and were retried"
+        )
+        .expect("register metric"),
+        stalls: register_int_counter!(
+            "pageserver_wal_receiver_stalls_total",
+            "Sessions dropped because the primary sent nothing for wal_receiver_timeout"
         )
         .expect("register metric"),
         refusals,

@@ -13,6 +13,17 @@
 //! primary stopped or restarted, the network broke) is retried after a
 //! capped exponential backoff, logged once per attempt with the reason.
 //!
+//! A primary that goes silent (no WAL and no keepalive for
+//! `wal_receiver_timeout`; a PostgreSQL primary sends keepalives every
+//! `wal_sender_timeout / 2` when idle, and the receiver asks for one at half
+//! the timeout) ends the session with [`SessionEnd::Stalled`]: the
+//! connection is dropped and retried with the same backoff as a failure.
+//! The state is `stalled` from then until a session streams again (it is
+//! not reset to `connecting` on the way), so the timeline detail shows it
+//! for as long as the primary cannot be heard; `last_message_age_ms` says
+//! for how long. Connecting, `IDENTIFY_SYSTEM` and `START_REPLICATION` are
+//! bounded by the same timeout.
+//!
 //! A session that meets WAL a standby must refuse (`SessionEnd::Refused`:
 //! the primary ran with `wal_level = minimal`) is not retried: reconnecting
 //! would stream the same record again. The receiver stops with state
@@ -58,17 +69,21 @@ pub struct WalReceiverConf {
     /// First retry delay; doubles per failed attempt up to `max_backoff`.
     pub min_backoff: Duration,
     pub max_backoff: Duration,
+    /// `wal_receiver_timeout`: with no message from the primary for this
+    /// long, reconnect; `None`: never.
+    pub timeout: Option<Duration>,
 }
 
 impl Default for WalReceiverConf {
-    /// The defaults of `wal_receiver_status_interval` and
-    /// `wal_receiver_idle_flush`; backoff 100 ms doubling to 10 s.
+    /// The defaults of `wal_receiver_status_interval`,
+    /// `wal_receiver_idle_flush` and `wal_receiver_timeout`; backoff 100 ms doubling to 10 s.
     fn default() -> Self {
         WalReceiverConf {
             status_interval: Duration::from_secs(10),
             idle_flush_after: Duration::from_secs(10),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(10),
+            timeout: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -147,6 +162,13 @@ async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
                 info!("WAL receiver stopped at {}", tl.get_last_record_lsn());
                 return;
             }
+            Ok(SessionEnd::Stalled(what)) => {
+                warn!("{what} (wal_receiver_timeout); reconnecting in {backoff:?}");
+                METRICS.stalls.inc();
+                let mut status = tl.receiver_status.lock().unwrap();
+                status.last_error = Some(format!("{what} (wal_receiver_timeout)"));
+                status.state = "stalled";
+            }
             Ok(end) => {
                 info!("replication ended: {end}; reconnecting");
                 backoff = conf.min_backoff;
@@ -157,7 +179,7 @@ async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
                 tl.receiver_status.lock().unwrap().last_error = Some(format!("{e:#}"));
             }
         }
-        session::set_state(&tl, "waiting to reconnect");
+        session::set_state_unless_stalled(&tl, "waiting to reconnect");
         METRICS.reconnects.inc();
         tokio::select! {
             _ = cancel.cancelled() => break,

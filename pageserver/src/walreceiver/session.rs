@@ -14,9 +14,19 @@
 //! with [`SessionEnd::Refused`] after committing the records before it,
 //! so everything below its LSN stays readable; the receiver then stops
 //! (`mod.rs`). `full_page_writes = off` is logged as a warning.
+//!
+//! Silence (`wal_receiver_timeout`, as PostgreSQL's walreceiver does it):
+//! the clock restarts whenever the loop goes back to waiting after a
+//! message of any kind (WAL or keepalive; time spent ingesting, e.g. under
+//! backpressure, is not the primary's silence). At half the timeout the
+//! receiver sends a status update asking for a reply; at the full timeout
+//! the session ends with [`SessionEnd::Stalled`]. Keepalives that ask for
+//! a reply get one at once. Connecting, `IDENTIFY_SYSTEM` and
+//! `START_REPLICATION` are each bounded by the same timeout.
 
 use std::fmt;
-use std::time::Instant;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use postgres_ffi::wal::rmgr::xlog::{standby_check, Refusal, StandbyCheck};
@@ -43,6 +53,9 @@ pub enum SessionEnd {
     Primary(String),
     /// WAL a standby must refuse: ingest stopped before it.
     Refused(Refused),
+    /// The primary was silent for `wal_receiver_timeout`: what was waited
+    /// for, and how long.
+    Stalled(String),
 }
 
 /// A record ingest must not go past, and where it is.
@@ -72,6 +85,7 @@ impl fmt::Display for SessionEnd {
             SessionEnd::Cancelled => f.write_str("timeline shutting down"),
             SessionEnd::Primary(why) => write!(f, "the primary ended the stream ({why})"),
             SessionEnd::Refused(r) => r.fmt(f),
+            SessionEnd::Stalled(what) => f.write_str(what),
         }
     }
 }
@@ -82,13 +96,19 @@ pub async fn run(
     conf: &WalReceiverConf,
 ) -> anyhow::Result<SessionEnd> {
     let cancel = tl.cancel.clone();
-    set_state(tl, "connecting");
+    set_state_unless_stalled(tl, "connecting");
     let connect = ReplicationClient::connect(&source.connstring);
     let mut client = tokio::select! {
         _ = cancel.cancelled() => return Ok(SessionEnd::Cancelled),
-        c = connect => c.with_context(|| format!("connect to {}", source.redacted_connstring()))?,
+        c = bounded(conf.timeout, connect) => match c {
+            None => return Ok(stalled("connecting", conf)),
+            Some(c) => c.with_context(|| format!("connect to {}", source.redacted_connstring()))?,
+        },
     };
-    let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
+    let Some(id) = bounded(conf.timeout, client.identify_system()).await else {
+        return Ok(stalled("IDENTIFY_SYSTEM", conf));
+    };
+    let id = id.context("IDENTIFY_SYSTEM")?;
     if id.systemid != source.system_id {
         bail!(
             "the primary at {} is another cluster: system id {}, this timeline follows {}",
@@ -103,14 +123,17 @@ pub async fn run(
     decoder.set_system_id(source.system_id);
     let mut ingest = WalIngest::new(tl, start).await?;
     let mut checks = StandbyChecks { version, full_page_writes_off: false };
-    let mut stream = client
-        .start_replication(Some(&source.slot), start.0, id.timeline)
-        .await
-        .with_context(|| format!("START_REPLICATION SLOT {} at {start}", source.slot))?;
+    let started = client.start_replication(Some(&source.slot), start.0, id.timeline);
+    let Some(stream) = bounded(conf.timeout, started).await else {
+        return Ok(stalled("START_REPLICATION", conf));
+    };
+    let mut stream =
+        stream.with_context(|| format!("START_REPLICATION SLOT {} at {start}", source.slot))?;
     tracing::info!("streaming from {start} (primary at {})", Lsn(id.xlogpos));
     set_state(tl, "streaming");
     let mut status = StatusReporter::new(conf.status_interval);
     let mut idle_deadline: Option<TokioInstant> = None;
+    let mut silence = Silence::new(conf.timeout);
     loop {
         let idle = async {
             match idle_deadline {
@@ -140,12 +163,14 @@ pub async fn run(
                     } else {
                         idle_deadline = Some(TokioInstant::now() + conf.idle_flush_after);
                     }
+                    silence.heard();
                 }
                 ReplicationMessage::PrimaryKeepalive(k) => {
                     observe(tl, decoder.fed_lsn().0, k.wal_end, k.server_time.0);
                     if k.reply_requested {
                         status.send(&mut stream, tl, &decoder, false).await?;
                     }
+                    silence.heard();
                 }
                 ReplicationMessage::End(end) => return Ok(SessionEnd::Primary(format!("{end:?}"))),
             },
@@ -154,7 +179,72 @@ pub async fn run(
                 flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
                 idle_deadline = None;
             }
+            next = silence.wait() => match next {
+                Quiet::AskForReply => status.send(&mut stream, tl, &decoder, true).await?,
+                Quiet::Stalled(for_) => {
+                    return Ok(SessionEnd::Stalled(format!(
+                        "no message from the primary for {} ms while streaming",
+                        for_.as_millis()
+                    )))
+                }
+            },
         }
+    }
+}
+
+/// `fut`, or `None` if it takes longer than `timeout` (never, without one).
+async fn bounded<T>(timeout: Option<Duration>, fut: impl Future<Output = T>) -> Option<T> {
+    match timeout {
+        Some(t) => tokio::time::timeout(t, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+/// A step before streaming took longer than `wal_receiver_timeout`.
+fn stalled(step: &str, conf: &WalReceiverConf) -> SessionEnd {
+    let ms = conf.timeout.map_or(0, |t| t.as_millis());
+    SessionEnd::Stalled(format!("no answer from the primary to {step} within {ms} ms"))
+}
+
+/// The primary's silence while streaming, against `wal_receiver_timeout`.
+struct Silence {
+    timeout: Option<Duration>,
+    /// When the loop went back to waiting after the latest message.
+    since: TokioInstant,
+    /// A status update asking for a reply was sent during this silence.
+    asked: bool,
+}
+
+/// What a silence that lasted long enough calls for.
+enum Quiet {
+    /// Half the timeout: ask the primary for a reply.
+    AskForReply,
+    /// The whole timeout: give up on this connection.
+    Stalled(Duration),
+}
+
+impl Silence {
+    fn new(timeout: Option<Duration>) -> Silence {
+        Silence { timeout, since: TokioInstant::now(), asked: false }
+    }
+
+    /// A message came (and was handled): the silence starts again.
+    fn heard(&mut self) {
+        self.since = TokioInstant::now();
+        self.asked = false;
+    }
+
+    /// Completes at the next step of this silence; never without a
+    /// timeout. Cancel-safe (it only sleeps).
+    async fn wait(&mut self) -> Quiet {
+        let Some(timeout) = self.timeout else { return std::future::pending().await };
+        if !self.asked {
+            sleep_until(self.since + timeout / 2).await;
+            self.asked = true;
+            return Quiet::AskForReply;
+        }
+        sleep_until(self.since + timeout).await;
+        Quiet::Stalled(self.since.elapsed())
     }
 }
 
@@ -162,9 +252,18 @@ pub fn set_state(tl: &Timeline, state: &'static str) {
     tl.receiver_status.lock().unwrap().state = state;
 }
 
+/// Set `state`, except over `stalled`: that stays until a session streams.
+pub fn set_state_unless_stalled(tl: &Timeline, state: &'static str) {
+    let mut status = tl.receiver_status.lock().unwrap();
+    if status.state != "stalled" {
+        status.state = state;
+    }
+}
+
 /// Record what a message from the primary said (for the timeline API).
 fn observe(tl: &Timeline, received: u64, primary_end: u64, primary_time_us: i64) {
     let mut s = tl.receiver_status.lock().unwrap();
+    s.last_message_at = Some(Instant::now());
     s.received_lsn = s.received_lsn.max(Lsn(received));
     s.primary_lsn = s.primary_lsn.max(Lsn(primary_end));
     s.primary_time_us = primary_time_us;

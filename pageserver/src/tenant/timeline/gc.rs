@@ -17,10 +17,10 @@
 //! one write), then delete the files; a crash before the manifest keeps
 //! everything, a crash after it leaves unlisted files start-up removes.
 //!
-//! Leases: the cutoff is raised by `Timeline::set_gc_cutoff`, under
-//! `lease_write`, the lock a lease renewal holds while it checks the cutoff
-//! and persists, so a lease is either seen by GC or refused as below the
-//! new cutoff.
+//! Leases: the cutoff is raised by `Timeline::set_gc_cutoff`, under the
+//! lease store's lock, which a lease renewal holds while it checks the
+//! cutoff and registers the lease, so a lease is either seen by GC or
+//! refused as below the new cutoff.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};

@@ -33,14 +33,14 @@
 //! - Manifest writes (flush, and compaction/GC through `persist_manifest`)
 //!   serialize on the async `manifest_write` mutex and list one snapshot
 //!   of the map each.
-//! - The GC cutoff is raised (`set_gc_cutoff`) with `lease_write` held, and
-//!   lease renewals check it with `lease_write` held: a lease below a new
-//!   cutoff is refused, never silently unprotected.
-//! - LSN leases (`lease.rs`): renewals serialize on the async `lease_write`
-//!   mutex, held across the durable write of the lease file; the new map is
-//!   installed in `leases` (a std mutex, never held across an await) only
-//!   after that write succeeded. So every lease a reader (GC, the API) sees
-//!   is on disk, and a lease is acknowledged only once it would survive a crash.
+//! - The GC cutoff is raised (`set_gc_cutoff`) under the lease store's
+//!   lock (a std mutex, never held across an await), and lease renewals
+//!   check it under the same lock: a lease below a new cutoff is refused,
+//!   never silently unprotected.
+//! - LSN leases (`lease.rs`, whose header states the contract): a lease is
+//!   acknowledged only once the file holds it (it would survive a crash);
+//!   renewals that change nothing durable write nothing, and the ones that
+//!   do share writes. GC sees every durable lease and the ones being written.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,7 +72,7 @@ pub mod wal_source;
 use wal_source::{ReceiverStatus, WalSource};
 mod writer;
 
-use lease::{LeaseMap, LsnLease, TooManyLeases};
+use lease::{Begun, LeaseMap, LeaseStore, LsnLease, TooManyLeases, WriteError};
 use log_limit::PerKeyLogLimit;
 pub use read::LsnNotReadable;
 pub use rel_size_cache::RelSizeCache;
@@ -151,10 +151,8 @@ pub struct Timeline {
     /// `none`. Kept for more than the last batch so that two backups at the
     /// same LSN agree while WAL keeps arriving.
     last_records: Mutex<std::collections::VecDeque<(Lsn, Lsn)>>,
-    /// LSN leases, as on disk (see the concurrency contract above).
-    leases: Mutex<LeaseMap>,
-    /// Held by a renewal from its update to the end of the file write.
-    lease_write: tokio::sync::Mutex<()>,
+    /// LSN leases and their file (see the concurrency contract above).
+    leases: LeaseStore,
     /// Held by compaction, image creation and GC: one at a time.
     maintenance: tokio::sync::Mutex<()>,
     /// Wakes the compaction task (a flush found compaction due).
@@ -219,6 +217,7 @@ impl Timeline {
             LayerMap::try_new(md.initial_lsn + 1, md.gc_cutoff, layers, md.empty_strata.clone())?;
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
         let leases = LeaseMap::load(&conf.io_engine, &dir, SystemTime::now()).await?;
+        let leases = LeaseStore::new(leases, conf.lsn_lease_length);
         let tl = Arc::new(Timeline {
             tenant_id,
             timeline_id,
@@ -250,8 +249,7 @@ impl Timeline {
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
             last_records: Mutex::new(std::collections::VecDeque::new()),
-            leases: Mutex::new(leases),
-            lease_write: tokio::sync::Mutex::new(()),
+            leases,
             maintenance: tokio::sync::Mutex::new(()),
             compaction_wakeup: Notify::new(),
             l0_count_changed: Notify::new(),
@@ -289,6 +287,12 @@ impl Timeline {
         self.flush_state.borrow().disk_consistent_lsn
     }
 
+    /// The error of the latest flush, while flushing fails (cleared by the
+    /// next successful flush).
+    pub fn flush_error(&self) -> Option<Arc<String>> {
+        self.flush_state.borrow().error.clone()
+    }
+
     pub fn get_initial_lsn(&self) -> Lsn {
         self.initial_lsn
     }
@@ -308,19 +312,17 @@ impl Timeline {
     /// Raise the GC cutoff towards `wanted`, but never above the lowest
     /// lease valid at `now` nor below the current cutoff; returns the
     /// cutoff now in force (in memory: the next manifest write persists
-    /// it). Holds `lease_write`, as lease renewals do while they check the
-    /// cutoff, so a lease is either seen here or refused there.
+    /// it). Holds the lease store's lock, which lease renewals check the
+    /// cutoff under, so a lease is either seen here or refused there.
     pub async fn set_gc_cutoff(&self, wanted: Lsn, now: SystemTime) -> Lsn {
-        let _leases = self.lease_write.lock().await;
-        let mut cutoff = wanted;
-        if let Some(leased) = self.min_valid_lease_lsn(now) {
-            cutoff = cutoff.min(leased);
-        }
-        let mut lm = self.layers.write().unwrap();
-        let cutoff = cutoff.max(lm.historic().gc_cutoff());
-        lm.set_gc_cutoff(cutoff);
-        self.gc_cutoff.store(cutoff.0, Ordering::Release);
-        cutoff
+        self.leases.with_min_valid(now, |leased| {
+            let cutoff = leased.map_or(wanted, |leased| wanted.min(leased));
+            let mut lm = self.layers.write().unwrap();
+            let cutoff = cutoff.max(lm.historic().gc_cutoff());
+            lm.set_gc_cutoff(cutoff);
+            self.gc_cutoff.store(cutoff.0, Ordering::Release);
+            cutoff
+        })
     }
 
     /// The newest LSN known durable at time `at` (the LSN-by-time record),
@@ -402,12 +404,12 @@ impl Timeline {
 
     /// Grant a lease at `lsn` for `lsn_lease_length` from now, or extend
     /// the one held (never shorten it); returns the lease held once it is
-    /// durable.
+    /// durable (its expiry may be later than asked: `lease.rs` point 2).
     ///
     /// Refused: LSN 0, and an LSN below what the timeline can serve
     /// ([`Self::min_readable_lsn`], [`Self::gc_cutoff`]), whose history is
-    /// gone; the cutoff is checked under `lease_write`, which GC holds
-    /// while it raises the cutoff (`set_gc_cutoff`). An LSN above
+    /// gone; the cutoff is checked under the lease store's lock, which GC
+    /// holds while it raises the cutoff (`set_gc_cutoff`). An LSN above
     /// `last_record_lsn` is granted, as Neon's pageserver does: a static
     /// compute may ask for its LSN before this pageserver ingested it
     /// (after a restart or a move), and such a lease costs nothing, since
@@ -418,35 +420,44 @@ impl Timeline {
         }
         let below_history = |floor: Lsn| {
             let (tenant, timeline) = (self.tenant_id, self.timeline_id);
-            Err(LeaseError::BelowHistory { lsn, floor, tenant, timeline })
+            LeaseError::BelowHistory { lsn, floor, tenant, timeline }
         };
         if lsn < self.min_readable_lsn() {
-            return below_history(self.min_readable_lsn());
-        }
-        let _writing = tokio::select! {
-            w = self.lease_write.lock() => w,
-            _ = self.cancel.cancelled() => return Err(LeaseError::ShuttingDown),
-        };
-        if lsn < self.gc_cutoff() {
-            return below_history(self.gc_cutoff());
+            return Err(below_history(self.min_readable_lsn()));
         }
         let now = SystemTime::now();
-        let mut next = self.leases.lock().unwrap().clone();
-        let held = next.renew(lsn, lease::lease_until(now, self.conf.lsn_lease_length), now)?;
-        next.persist(&self.conf.io_engine, &self.dir).await.map_err(LeaseError::Persist)?;
-        *self.leases.lock().unwrap() = next;
-        Ok(held)
+        let begun = self.leases.begin(lsn, now, || {
+            if lsn < self.gc_cutoff() {
+                return Err(below_history(self.gc_cutoff()));
+            }
+            Ok(())
+        })?;
+        let seq = match begun {
+            Begun::Durable(lease) => return Ok(lease),
+            Begun::Pending(seq) => seq,
+        };
+        let engine = &self.conf.io_engine;
+        match self.leases.make_durable(engine, &self.dir, lsn, seq, &self.cancel).await {
+            Ok(lease) => Ok(lease),
+            Err(WriteError::Cancelled) => Err(LeaseError::ShuttingDown),
+            Err(WriteError::Write(e)) => Err(LeaseError::Persist(e)),
+        }
+    }
+
+    /// Successful writes of the lease file since the timeline was loaded.
+    pub fn lease_file_writes(&self) -> u64 {
+        self.leases.file_writes()
     }
 
     /// The lowest LSN with a lease valid at `now`: GC must keep the history
     /// that reads at it need.
     pub fn min_valid_lease_lsn(&self, now: SystemTime) -> Option<Lsn> {
-        self.leases.lock().unwrap().min_valid_lsn(now)
+        self.leases.with_min_valid(now, |lsn| lsn)
     }
 
     /// The leases valid at `now`, by LSN.
     pub fn valid_leases(&self, now: SystemTime) -> Vec<(Lsn, LsnLease)> {
-        self.leases.lock().unwrap().valid(now)
+        self.leases.valid(now)
     }
 
     /// Wait until `lsn` is ingested, up to `wait_lsn_timeout`.

@@ -99,8 +99,12 @@ impl WalSource {
 /// What the WAL receiver of a timeline is doing, for the API.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReceiverStatus {
-    /// `connecting`, `streaming`, `waiting to reconnect`, `stopped`.
+    /// `connecting`, `streaming`, `waiting to reconnect`, `stalled` (kept
+    /// through reconnects until a session streams again), `stopped`.
     pub state: &'static str,
+    /// When the latest message from the primary (WAL or keepalive) came,
+    /// in any session.
+    pub last_message_at: Option<std::time::Instant>,
     /// WAL received (fed to the decoder) up to here.
     pub received_lsn: Lsn,
     /// The primary's WAL end as of its latest message.
@@ -115,6 +119,26 @@ pub struct ReceiverStatus {
 }
 
 impl ReceiverStatus {
+    /// The state and error to show, given the timeline's flush error (a
+    /// flush that keeps failing outranks every state but `stopped`: WAL
+    /// may still arrive, but nothing becomes durable or is acknowledged).
+    pub fn shown(&self, flush_error: Option<&str>) -> (&'static str, Option<String>) {
+        match flush_error {
+            Some(e) if self.state != "stopped" => {
+                ("flush failing", Some(format!("flushing ingested WAL to disk fails: {e}")))
+            }
+            _ => {
+                let state = if self.state.is_empty() { "starting" } else { self.state };
+                (state, self.last_error.clone())
+            }
+        }
+    }
+
+    /// Milliseconds since the latest message from the primary.
+    pub fn last_message_age_ms(&self) -> Option<u64> {
+        self.last_message_at.map(|at| at.elapsed().as_millis() as u64)
+    }
+
     /// How far `applied` (`last_record_lsn`) is behind the primary: bytes
     /// to its latest WAL end, and while behind, milliseconds since the
     /// primary sent its latest message (`now_us` on PostgreSQL's clock).

@@ -9,7 +9,7 @@ use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
 use super::super::LeaseError;
-use super::LEASES_FILE;
+use super::{LEASES_FILE, WRITE_AHEAD_DIVISOR};
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::StorageConf;
 
@@ -32,9 +32,10 @@ async fn grants_refusals_and_restart() {
     let before = SystemTime::now();
     let lease = tl.lease_lsn(INITIAL).await.unwrap();
     let after = SystemTime::now();
-    // `valid_until` is the lease's own now plus the length, to the whole
-    // millisecond below.
-    let (length, ms) = (Duration::from_secs(600), Duration::from_millis(1));
+    // `valid_until` is the lease's own now plus the length and the
+    // write-ahead (`lease.rs`, point 2), to the whole millisecond below.
+    let ms = Duration::from_millis(1);
+    let length = Duration::from_secs(600) * (WRITE_AHEAD_DIVISOR + 1) / WRITE_AHEAD_DIVISOR;
     let granted = before + length - ms..=after + length;
     assert!(granted.contains(&lease.valid_until), "{:?} not in {granted:?}", lease.valid_until);
     // Above last_record_lsn is granted (see `lease_lsn`).
@@ -107,5 +108,56 @@ async fn a_damaged_lease_file_breaks_only_its_timeline() {
     assert!(msg.contains("is broken") && msg.contains(&path.display().to_string()), "{msg}");
     mgr.get_timeline(t, sibling).unwrap().lease_lsn(INITIAL).await.unwrap();
     mgr.get_timeline(other, sibling).unwrap().lease_lsn(INITIAL).await.unwrap();
+    mgr.shutdown().await;
+}
+
+/// 10,000 renewals of one LSN write the lease file once (the file is not
+/// replaced: same inode), 100 concurrent new leases share writes, and a
+/// restart keeps every answered lease with at least its answered expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_write_the_file_a_bounded_number_of_times() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let length = Duration::from_secs(600);
+    let mgr = start(&dir, length).await;
+    let (t, id) = (TenantId::generate(), TimelineId::generate());
+    let tl =
+        mgr.create_tenant(t).await.unwrap().create_empty_timeline(id, INITIAL, 16).await.unwrap();
+    let first = tl.lease_lsn(INITIAL).await.unwrap();
+    let path = tl.dir().join(LEASES_FILE);
+    let inode = std::fs::metadata(&path).unwrap().ino();
+    for _ in 0..10_000 {
+        assert_eq!(tl.lease_lsn(INITIAL).await.unwrap(), first);
+    }
+    assert_eq!(tl.lease_file_writes(), 1);
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "the file was rewritten");
+
+    let before = SystemTime::now();
+    let lsns: Vec<Lsn> = (1..=100).map(|i| Lsn(INITIAL.0 + 0x100 * i)).collect();
+    let answers = futures::future::join_all(lsns.iter().map(|lsn| {
+        let tl = Arc::clone(&tl);
+        let lsn = *lsn;
+        tokio::spawn(async move { tl.lease_lsn(lsn).await.unwrap() })
+    }))
+    .await;
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
+    let writes = tl.lease_file_writes() - 1;
+    assert!((1..=20).contains(&writes), "100 concurrent new leases took {writes} writes");
+    for a in &answers {
+        assert!(a.valid_until >= before + length - Duration::from_millis(1), "{a:?}");
+    }
+    mgr.shutdown().await;
+
+    let mgr = start(&dir, length).await;
+    let tl = mgr.get_timeline(t, id).unwrap();
+    let now = SystemTime::now();
+    let loaded: std::collections::BTreeMap<_, _> = tl.valid_leases(now).into_iter().collect();
+    assert_eq!(loaded.get(&INITIAL), Some(&first));
+    for (lsn, a) in lsns.iter().zip(&answers) {
+        assert!(
+            loaded.get(lsn).is_some_and(|l| l >= a),
+            "{lsn}: answered {a:?}, loaded {loaded:?}"
+        );
+    }
     mgr.shutdown().await;
 }
