@@ -69,6 +69,8 @@ impl ApiError {
         let add = |m: String| format!("{m}; {note}");
         match self {
             ApiError::BadRequest(m) => ApiError::BadRequest(add(m)),
+            ApiError::Unauthorized(m) => ApiError::Unauthorized(add(m)),
+            ApiError::Forbidden(m) => ApiError::Forbidden(add(m)),
             ApiError::NotFound(m) => ApiError::NotFound(add(m)),
             ApiError::Conflict(m) => ApiError::Conflict(add(m)),
             ApiError::MethodNotAllowed(m) => ApiError::MethodNotAllowed(add(m)),
