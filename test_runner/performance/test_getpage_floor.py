@@ -65,11 +65,8 @@ def measure(ps, source: str, qd: int, rnd: int, runtime: str, log_path: Path) ->
     res = run_pagebench(ps, runtime=runtime, queue_depth=qd, log_path=log_path)
     m1 = http.metrics()
 
-    def delta(name, **labels):
-        return m1.value_or(name, 0.0, **labels) - m0.value_or(name, 0.0, **labels)
-
-    getpages = delta("pageserver_smgr_query_seconds_count", smgr_query_type="get_page_at_lsn")
-    cpu = delta("libmetrics_process_cpu_seconds_highres")
+    getpages = m1.delta_since(m0, "pageserver_smgr_query_seconds_count", smgr_query_type="get_page_at_lsn")
+    cpu = m1.delta_since(m0, "libmetrics_process_cpu_seconds_highres")
     return Cell(
         source=source,
         queue_depth=qd,

@@ -81,7 +81,7 @@ def measure_cell(ps, config_name: str, queue_depth: int, runtime: str, warmup: s
     m1 = http.metrics()
 
     def delta(name, **labels):
-        return m1.value_or(name, 0.0, **labels) - m0.value_or(name, 0.0, **labels)
+        return m1.delta_since(m0, name, **labels)
 
     getpages = delta("pageserver_smgr_query_seconds_count", smgr_query_type="get_page_at_lsn")
     vectored = delta("pageserver_get_vectored_seconds_count", task_kind="PageRequestHandler")
