@@ -146,8 +146,9 @@ def compare_with_reference(mine: dict[str, float], ref: dict | None) -> list[str
     return out
 
 
-def check_floor_serves_constant_pages(ps, tl) -> None:
-    """The floor answers the constant page; the daemon the real one."""
+def pg_class_block_0(ps, tl) -> bytes:
+    """Block 0 of pg_class as served (the floor must answer its constant
+    page, the daemon the stored one)."""
     rel = RelTag(1663, 5, 1259, 0)  # pg_class of database `postgres`: block 0 exists
     with ps.pagestream(tl.tenant_id, tl.timeline_id) as client:
         resp = client.get_page(rel, 0)
@@ -188,7 +189,7 @@ def test_getpage_floor(pageserver_factory, pgbench_backup, request):
                 d.stop()
             d.start(extra_overrides=overrides)
             if d is ps:
-                pages[source] = check_floor_serves_constant_pages(ps, tl)
+                pages[source] = pg_class_block_0(ps, tl)
             for qd in QUEUE_DEPTHS:
                 cells.append(measure(d, source, qd, rnd, runtime, log_path))
     for d, _ in daemons.values():
