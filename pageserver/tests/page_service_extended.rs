@@ -34,11 +34,13 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-/// `valid_until` is about ten minutes (the default lease length) from now.
+/// `valid_until` covers the default lease length (ten minutes) from now,
+/// and at most 1.25 times it: a renewal that writes the lease file writes
+/// that far ahead (`tenant/timeline/lease.rs`).
 fn check_valid_until(text: &str) {
     let ms: u64 = text.parse().expect("milliseconds since the epoch");
     let ahead = ms.saturating_sub(now_ms());
-    assert!((590_000..=600_000).contains(&ahead), "valid_until {ms} is {ahead} ms ahead");
+    assert!((590_000..=750_000).contains(&ahead), "valid_until {ms} is {ahead} ms ahead");
 }
 
 #[tokio::test]
