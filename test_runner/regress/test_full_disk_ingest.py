@@ -101,7 +101,9 @@ def test_full_disk_during_ingest_resumes_without_panic(pageserver_factory, tmpfs
             return src if NOSPC in (src.get("last_error") or "") else None
 
         src = wait_for("the full disk error in the API", 20, full_disk_error)
-        assert src["state"] in ("connecting", "streaming", "waiting to reconnect"), src
+        # A failing flush shows as such; a failing write of the stream ends
+        # the session (reconnecting).
+        assert src["state"] in ("flush failing", "connecting", "streaming", "waiting to reconnect"), src
         stuck = parse_lsn(http.timeline_get(tenant, timeline)["last_record_lsn"])
         # A checkpoint under the full disk returns: it fails naming the
         # error, or completes (what it must flush may still fit).
@@ -117,11 +119,14 @@ def test_full_disk_during_ingest_resumes_without_panic(pageserver_factory, tmpfs
     pg.psql("CHECKPOINT")
     end = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
     assert end > stuck
-    info = wait_for(
-        "ingest to resume", 40,
-        lambda: (i := http.timeline_get(tenant, timeline)) and parse_lsn(i["last_record_lsn"]) >= end and i,
+    # Streaming again once a flush succeeds (the failing one is retried).
+    wait_for(
+        "ingest to resume and flushes to succeed", 40,
+        lambda: (i := http.timeline_get(tenant, timeline))
+        and parse_lsn(i["last_record_lsn"]) >= end
+        and i["wal_source"]["state"] == "streaming"
+        and i,
     )
-    assert info["wal_source"]["state"] == "streaming", info["wal_source"]
     res = compare_with_primary(ps, tenant, timeline, pg, end)
     assert res.pages > 100, res
     assert not res.mismatches, f"{len(res.mismatches)} mismatches of {res.pages} pages:\n" + "\n".join(res.mismatches[:40])
