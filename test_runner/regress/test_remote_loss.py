@@ -26,6 +26,7 @@ from fixtures.remote import (
     PREFIX,
     UPLOAD_RETRY,
     gen_suffix,
+    largest_uploaded_layer,
     layer_keys,
     newest_index,
     remote_pageserver,
@@ -127,10 +128,8 @@ def test_attach_refuses_an_index_with_missing_objects(pageserver_factory, minio,
     wait_uploaded(ps1.http_client(), t, tlid)
     ps1.stop()
 
-    index = newest_index(minio, t, tlid)
-    victim = max(index["layers"], key=lambda n: index["layers"][n]["file_size"])
-    key = layer_keys(index, t, tlid)[victim]
-    original = minio.get(minio.bucket, key)
+    layer = largest_uploaded_layer(minio, t, tlid)
+    victim, key, original = layer.name, layer.key, layer.data
     minio.delete(minio.bucket, key)
 
     ps2 = remote_pageserver(pageserver_factory, minio, "ps2")

@@ -37,6 +37,7 @@ from fixtures.remote import (
     UPLOAD_RETRY,
     gen_suffix,
     key_of,
+    largest_uploaded_layer,
     layer_keys,
     layers_holding,
     local_layers,
@@ -260,10 +261,8 @@ def test_corrupt_layer_object(pageserver_factory, minio, small_backup, damage):
     wait_uploaded(ps1.http_client(), t, tlid)
     ps1.stop()
 
-    index = newest_index(minio, t, tlid)
-    victim = max(index["layers"], key=lambda n: index["layers"][n]["file_size"])
-    key = layer_keys(index, t, tlid)[victim]
-    original = minio.get(minio.bucket, key)
+    layer = largest_uploaded_layer(minio, t, tlid)
+    index, victim, key, original = layer.index, layer.name, layer.key, layer.data
     rng = random.Random(damage)
     garbage = rng.randbytes(len(original) if damage == "same_size" else len(original) // 2 + 1)
     minio.put(minio.bucket, key, garbage)
