@@ -170,21 +170,27 @@ pub fn check_management_permission(claims: &Claims) -> Result<(), AuthError> {
     }
 }
 
+/// Test-only Ed25519 key pairs (the integration tests use the same files)
+/// and token signing, for this module's tests and the HTTP API's.
 #[cfg(test)]
-mod tests {
-    use jsonwebtoken::{EncodingKey, Header};
+pub(crate) mod test_keys {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
 
-    use super::*;
+    pub const PRIVATE_A: &str = include_str!("../tests/data/jwt_a_private.pem");
+    pub const PUBLIC_A: &str = include_str!("../tests/data/jwt_a_public.pem");
+    pub const PRIVATE_B: &str = include_str!("../tests/data/jwt_b_private.pem");
 
-    /// Test-only Ed25519 key pairs (shared with the integration tests).
-    const PRIVATE_A: &str = include_str!("../tests/data/jwt_a_private.pem");
-    const PUBLIC_A: &str = include_str!("../tests/data/jwt_a_public.pem");
-    const PRIVATE_B: &str = include_str!("../tests/data/jwt_b_private.pem");
-
-    fn sign(private: &str, claims: serde_json::Value) -> String {
+    /// A token of `claims` signed with `private`.
+    pub fn sign(private: &str, claims: serde_json::Value) -> String {
         let key = EncodingKey::from_ed_pem(private.as_bytes()).unwrap();
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &key).unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_keys::{sign, PRIVATE_A, PRIVATE_B, PUBLIC_A};
+    use super::*;
 
     #[test]
     fn tenant_scope_is_checked_against_the_named_tenant() {

@@ -5,24 +5,15 @@
 
 use std::sync::Arc;
 
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use pageserver_api::models::HttpErrorBody;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use utils::id::{TenantId, TimelineId};
 
 use super::TestServer;
+use crate::auth::test_keys::{sign, PRIVATE_A, PRIVATE_B, PUBLIC_A};
 use crate::auth::JwtAuth;
 use crate::http::HttpConf;
-
-const PRIVATE_A: &str = include_str!("../../../tests/data/jwt_a_private.pem");
-const PUBLIC_A: &str = include_str!("../../../tests/data/jwt_a_public.pem");
-const PRIVATE_B: &str = include_str!("../../../tests/data/jwt_b_private.pem");
-
-fn sign(private: &str, claims: serde_json::Value) -> String {
-    let key = EncodingKey::from_ed_pem(private.as_bytes()).unwrap();
-    jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &key).unwrap()
-}
 
 fn tenant_token(t: TenantId) -> String {
     sign(PRIVATE_A, json!({"scope": "tenant", "tenant_id": t.to_string()}))
