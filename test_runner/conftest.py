@@ -11,6 +11,7 @@ the test.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import shutil
@@ -181,6 +182,14 @@ def _cached_backup(port_distributor, name: str, setup) -> BaseBackup:
     """A base backup built once and kept in test_output/_cache/<name> across
     runs (keyed by the PostgreSQL version), since building it takes a while."""
     cache = TEST_OUTPUT / "_cache" / name
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel pytest workers share the cache: one builds, the others wait.
+    with open(cache.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _cached_backup_locked(cache, port_distributor, setup)
+
+
+def _cached_backup_locked(cache: Path, port_distributor, setup) -> BaseBackup:
     version = subprocess.run([str(PG_BIN_DIR / "postgres"), "--version"], capture_output=True, text=True).stdout.strip()
     marker = cache / "ready.json"
     tar = cache / "backup" / "base.tar"
