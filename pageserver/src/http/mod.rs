@@ -1,6 +1,7 @@
 //! The HTTP management API (axum on hyper) and `GET /metrics`.
 //!
-//! Contract (documented route by route in `docs/http-api.md`):
+//! Contract (documented route by route in `docs/http-api.md` and, as a
+//! checked schema, `docs/openapi.yaml`; the routes are the table [`ROUTES`]):
 //! - with `http_auth_type = "jwt"` every route but the open ones
 //!   (`/v1/status`, `/metrics`) needs a Bearer JWT whose scope covers it
 //!   (`auth.rs`); with `"trust"` every route is open to anyone who can connect;
