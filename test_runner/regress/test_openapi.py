@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tarfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,11 @@ def test_every_example_against_a_daemon(pageserver_factory, minio, vanilla_pg, t
     sent: set[tuple[str, str]] = set()
     failures = []
     for method, path, op, ex in ordered_examples(spec):
-        values |= {"new_tenant_id": os.urandom(16).hex(), "new_timeline_id": os.urandom(16).hex()}
+        values |= {
+            "new_tenant_id": os.urandom(16).hex(),
+            "new_timeline_id": os.urandom(16).hex(),
+            "now": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        }
         uri, query, kwargs = build_request(path, ex, values)
         what = f"{method} {uri} ({ex['summary']})"
         resp = requests.request(method, ps.http_endpoint + uri, params=query, timeout=60, **kwargs)

@@ -120,9 +120,7 @@ pub const ROUTES: &[Route] = &[
     Route::json("PUT", "/v1/tenant/{tenant_id}/location_config", |m| on(m, location::put)),
     Route::json("POST", "/v1/tenant/{tenant_id}/timeline", |m| on(m, timelines::create)),
     Route::json("GET", "/v1/tenant/{tenant_id}/timeline", |m| on(m, timelines::list)),
-    Route::json("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}", |m| {
-        on(m, timelines::get)
-    }),
+    Route::json("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}", |m| on(m, timelines::get)),
     Route::json("DELETE", "/v1/tenant/{tenant_id}/timeline/{timeline_id}", |m| {
         on(m, timelines::delete)
     }),
