@@ -26,8 +26,9 @@ from jsonschema import Draft202012Validator
 
 from fixtures.pagestream import parse_lsn
 from fixtures.remote import remote_pageserver
+from fixtures.utils import wait_until
 from fixtures.wal_compare import follow_primary
-from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, wait_for_lsn
+from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -116,6 +117,18 @@ def check_answer(spec: dict, op: dict, resp: requests.Response, what: str) -> No
         assert "# TYPE pageserver_" in resp.text, f"{what}: not Prometheus text"
 
 
+def wait_readable(http, tenant: str, timeline: str) -> dict:
+    """Until a followed timeline has ingested up to its backup's end (reads
+    below `wal_source.consistent_lsn` are refused); its detail then."""
+
+    def readable() -> dict:
+        info = http.timeline_get(tenant, timeline)
+        assert parse_lsn(info["last_record_lsn"]) >= parse_lsn(info["wal_source"]["consistent_lsn"]), info
+        return info
+
+    return wait_until(readable, timeout=60, what="the followed timeline readable")
+
+
 def test_spec_is_well_formed():
     """Schemas are valid JSON Schema, every operation has examples with a
     declared status, access and a summary, and every `$ref` resolves."""
@@ -144,7 +157,7 @@ def test_every_example_against_a_daemon(pageserver_factory, minio, vanilla_pg, t
     ps = remote_pageserver(pageserver_factory, minio, "ps", binary=testing_pageserver_bin)
     pg = vanilla_pg.init({**PRIMARY_SETTINGS, "wal_compression": "zstd"}).start()
     http, tenant, timeline = follow_primary(ps, pg, PRIMARY_GONE)
-    wait_for_lsn(http, tenant, timeline, parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()")))
+    wait_readable(http, tenant, timeline)
     scratch_timeline = http._json(
         "POST", f"/v1/tenant/{tenant}/timeline", json={"pg_version": 15, "initial_lsn": "0/0"}
     )["timeline_id"]
