@@ -138,6 +138,9 @@ def test_spec_is_well_formed():
     refs = re.findall(r"\$ref: '([^']+)'", SPEC_PATH.read_text())
     for ref in set(refs):
         resolve(spec, {"$ref": ref})
+    schemes = spec["components"]["securitySchemes"]
+    for requirement in spec["security"]:
+        assert set(requirement) <= set(schemes), f"unknown security scheme in {requirement}"
     seen_ids = set()
     for method, path, op in operations(spec):
         what = f"{method} {path}"
