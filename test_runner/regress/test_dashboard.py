@@ -16,8 +16,8 @@ import json
 import math
 import re
 import subprocess
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -138,15 +138,14 @@ def test_every_dashboard_query_returns_data(pageserver_factory, minio, vanilla_p
         http, tenant, timeline = follow_primary(ps, pg, PRIMARY_GONE)
         wait_readable(http, tenant, timeline)
         pgbench = start_pgbench(pg, LOAD_S)
-        reads = threading.Thread(
-            target=run_pagebench,
-            args=(ps,),
-            kwargs={"runtime": f"{LOAD_S}s", "queue_depth": 8, "log_path": test_output_dir / "pagebench.log"},
-        )
-        reads.start()
-        time.sleep(LOAD_S / 2)
-        exercise_maintenance(http, tenant, timeline)
-        reads.join()
+        with ThreadPoolExecutor(1) as pool:
+            reads = pool.submit(
+                run_pagebench, ps, f"{LOAD_S}s", queue_depth=8, log_path=test_output_dir / "pagebench.log"
+            )
+            time.sleep(LOAD_S / 2)
+            exercise_maintenance(http, tenant, timeline)
+            bench = reads.result()
+        assert bench.request_count > 0 and bench.error_count == 0, bench.total
         out, _ = pgbench.communicate(timeout=60)
         assert pgbench.returncode == 0, out
         wait_for_lsn(http, tenant, timeline, checkpoint_lsn(pg))
