@@ -235,23 +235,33 @@ impl Tenant {
         v
     }
 
-    /// Refuse to delete a timeline that has branches (409, naming them);
-    /// for a branch being deleted, its ancestor keeps its branch point no
-    /// longer.
-    pub(super) fn before_delete(&self, id: TimelineId) -> Result<(), TenantError> {
-        let branches = self.branches_of(id);
-        if !branches.is_empty() {
-            let names: Vec<String> = branches.iter().map(|b| b.to_string()).collect();
-            return Err(TenantError::Conflict(format!(
-                "timeline {}/{id} has branches ({}): delete them first",
-                self.id,
-                names.join(", ")
-            )));
+    /// Refuse to delete a timeline that has branches (409, naming them):
+    /// the loaded ones and those registered on it (being created, or
+    /// Broken after their ancestor loaded).
+    pub(super) fn refuse_if_branched(&self, id: TimelineId) -> Result<(), TenantError> {
+        let mut branches = self.branches_of(id);
+        if let Ok(tl) = self.get_timeline(id) {
+            branches.extend(tl.branch_points().into_iter().map(|(b, _)| b));
         }
+        branches.sort();
+        branches.dedup();
+        if branches.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = branches.iter().map(|b| b.to_string()).collect();
+        Err(TenantError::Conflict(format!(
+            "timeline {}/{id} has branches ({}): delete them first",
+            self.id,
+            names.join(", ")
+        )))
+    }
+
+    /// Timeline `id` is deleted: if it was a branch, its ancestor keeps
+    /// its branch point no longer.
+    pub(super) fn forget_branch(&self, id: TimelineId) {
         for tl in self.timelines.read().unwrap().values() {
             tl.remove_branch_point(id);
         }
-        Ok(())
     }
 }
 

@@ -544,7 +544,7 @@ impl Tenant {
     /// Stops and removes a timeline, Broken ones included; refused for a
     /// timeline that has branches.
     pub async fn delete_timeline(&self, id: TimelineId) -> Result<(), TenantError> {
-        self.before_delete(id)?;
+        self.refuse_if_branched(id)?;
         let removed = self.timelines.write().unwrap().remove(&id);
         match removed {
             Some(tl) => tl.shutdown(false, Duration::ZERO).await,
@@ -557,6 +557,7 @@ impl Tenant {
         }
         let dir = self.timeline_dir(id);
         remove_dir_durably(&self.conf, &dir).await?;
+        self.forget_branch(id);
         info!("deleted timeline {}/{id}", self.id);
         Ok(())
     }
