@@ -4,7 +4,8 @@ then, checksums valid) while rows change after it; it survives compaction
 and GC of its ancestor and kill -9 of the daemon; an unmodified PostgreSQL
 starts on its fullbackup with the rows of that moment; it then follows the
 primary from its branch point on a slot of its own; deleting its ancestor
-is refused, deleting the tenant deletes both."""
+is refused, deleting the tenant deletes both. With remote storage, another
+pageserver that attaches the tenant serves the branch."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import os
 import pytest
 
 from fixtures.backup import fetch_backup, restore, table_checksums
+from fixtures.compare import ImportedTimeline, compare_all, import_backup
 from fixtures.http import PageserverApiError
-from fixtures.pagestream import GetPageResponse, parse_lsn
+from fixtures.pagestream import GetPageResponse
+from fixtures.remote import newest_index, remote_pageserver, wait_attached, wait_uploaded
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary, follow_primary, relation_files
 from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, assert_matches, checkpoint_lsn, wait_for_lsn
@@ -135,3 +138,28 @@ def test_branch_at_old_lsn(pageserver_factory, primary, test_output_dir, port_di
     assert_matches(ps, tenant, branch, pg, "the branch after following the primary")
     http.tenant_delete(tenant)
     assert not list((ps.workdir / "tenants").glob(f"{tenant}*"))
+
+
+def test_attach_elsewhere_serves_the_branch(pageserver_factory, minio, small_backup):
+    """The branch's index names its ancestor; a pageserver that attaches the
+    tenant from the bucket loads the ancestor first and serves the branch."""
+    ps1 = remote_pageserver(pageserver_factory, minio, "ps1")
+    tl = import_backup(ps1, small_backup)
+    http1 = ps1.http_client()
+    main = http1.timeline_get(tl.tenant_id, tl.timeline_id)
+    branch = os.urandom(16).hex()
+    body = {"new_timeline_id": branch, "ancestor_timeline_id": tl.timeline_id}
+    http1._json("POST", f"/v1/tenant/{tl.tenant_id}/timeline", json=body)
+    for timeline in (tl.timeline_id, branch):
+        wait_uploaded(http1, tl.tenant_id, timeline)
+    index = newest_index(minio, tl.tenant_id, branch)
+    assert (index["ancestor_timeline_id"], index["ancestor_lsn"]) == (tl.timeline_id, main["last_record_lsn"]), index
+    assert "ancestor_timeline_id" not in newest_index(minio, tl.tenant_id, tl.timeline_id)
+    ps1.stop()
+
+    ps2 = remote_pageserver(pageserver_factory, minio, "ps2")
+    http2 = ps2.http_client()
+    http2.tenant_attach(tl.tenant_id, 2)
+    info = wait_attached(http2, tl.tenant_id, branch)
+    assert info["state"] == "Active" and info["ancestor_timeline_id"] == tl.timeline_id, info
+    compare_all(ps2, ImportedTimeline(tl.tenant_id, branch), small_backup)
