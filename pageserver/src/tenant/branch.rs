@@ -9,7 +9,9 @@
 //!    above its first readable LSN) and register the branch point on it,
 //!    which checks the GC cutoff under GC's lock (`add_branch_point`);
 //! 2. flush the ancestor if its disk does not reach the branch point yet,
-//!    so a restart finds the branch's history on disk;
+//!    so a restart finds the branch's history on disk; with remote
+//!    storage, wait (bounded) until its uploaded index reaches it too, so
+//!    an attach elsewhere does (503 "retry later" if it does not);
 //! 3. write the branch's manifest (version 4, with the ancestor) in
 //!    `<id>.___temp` (temp file, fsync, rename, fsync dir), rename the
 //!    directory into place and fsync the parent: the branch exists from
@@ -123,6 +125,7 @@ impl Tenant {
         if ancestor.get_disk_consistent_lsn() < lsn {
             ancestor.freeze_and_flush().await.context("flush the ancestor")?;
         }
+        wait_ancestor_uploaded(ancestor, lsn).await?;
         let final_dir = self.timeline_dir(id);
         let temp_dir = io_engine::temp_path(&final_dir);
         let engine = &self.conf.io_engine;
@@ -264,6 +267,25 @@ impl Tenant {
         }
     }
 }
+
+/// With remote storage, wait (up to `BRANCH_UPLOAD_WAIT`) until the
+/// ancestor's uploaded index reaches the branch point, so a pageserver
+/// that attaches the tenant finds the history the branch reads.
+async fn wait_ancestor_uploaded(ancestor: &Timeline, lsn: Lsn) -> Result<(), TenantError> {
+    let Some(remote) = ancestor.remote_client() else { return Ok(()) };
+    if remote.wait_uploaded(lsn, BRANCH_UPLOAD_WAIT).await {
+        return Ok(());
+    }
+    let uploaded = remote.remote_consistent_lsn().map_or("none".to_string(), |l| l.to_string());
+    Err(TenantError::Busy(format!(
+        "the remote copy of ancestor timeline {} does not reach the branch point {lsn} yet \
+         (remote_consistent_lsn {uploaded} after {BRANCH_UPLOAD_WAIT:?}): retry later",
+        ancestor.timeline_id
+    )))
+}
+
+/// How long a branch creation waits for the ancestor's upload.
+const BRANCH_UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Why `ancestor` cannot be branched at `lsn` (the GC cutoff is checked
 /// when the branch point is registered, under GC's lock).
