@@ -305,18 +305,14 @@ fn check_branch_lsn(ancestor: &Timeline, lsn: Lsn) -> Result<(), BranchError> {
 }
 
 /// The ancestor a timeline's manifest names; `None` also when it cannot
-/// be read (the load then fails naming why).
+/// be read: the timeline's load then fails naming why (logged there, once).
 async fn read_ancestor(
     conf: &super::StorageConf,
     dir: &std::path::Path,
 ) -> Option<(TimelineId, Lsn)> {
     match TimelineMetadata::load(&conf.io_engine, dir).await {
         Ok(Decoded::Manifest(md)) => md.ancestor(),
-        Ok(Decoded::V1(_)) => None,
-        Err(e) => {
-            warn!("reading the ancestor of {}: {e:#}", dir.display());
-            None
-        }
+        Ok(Decoded::V1(_)) | Err(_) => None,
     }
 }
 
