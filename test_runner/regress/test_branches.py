@@ -163,3 +163,30 @@ def test_attach_elsewhere_serves_the_branch(pageserver_factory, minio, small_bac
     info = wait_attached(http2, tl.tenant_id, branch)
     assert info["state"] == "Active" and info["ancestor_timeline_id"] == tl.timeline_id, info
     compare_all(ps2, ImportedTimeline(tl.tenant_id, branch), small_backup)
+
+
+@pytest.mark.failpoints
+def test_crash_during_branch_creation(pageserver_factory, testing_pageserver_bin, small_backup):
+    """A crash (`exit`) before the branch's directory is renamed into place
+    leaves no branch (and a retry works); after it, a whole one."""
+    ps = pageserver_factory.create(binary=testing_pageserver_bin).start()
+    ps.allow_errors(r"(?i)failpoint")
+    tl = import_backup(ps, small_backup)
+    http = ps.http_client()
+    for failpoint, survives in [("branch-create::before-rename", False), ("branch-create::after-rename", True)]:
+        branch = os.urandom(16).hex()
+        http.configure_failpoints({failpoint: "exit"})
+        body = {"new_timeline_id": branch, "ancestor_timeline_id": tl.timeline_id}
+        with pytest.raises(Exception):  # noqa: B017 - the connection dies with the daemon
+            http._json("POST", f"/v1/tenant/{tl.tenant_id}/timeline", json=body)
+        ps.stop()  # reap the exited daemon
+        ps.start()
+        assert not ps.temp_files(), f"temporary files after a crash at {failpoint}: {ps.temp_files()}"
+        if not survives:
+            with pytest.raises(PageserverApiError) as e:
+                http.timeline_get(tl.tenant_id, branch)
+            assert e.value.status == 404, e.value
+            assert not list(ps.workdir.rglob(branch + "*")), f"leftovers of the branch after {failpoint}"
+            http._json("POST", f"/v1/tenant/{tl.tenant_id}/timeline", json=body)
+        assert http.timeline_get(tl.tenant_id, branch)["ancestor_timeline_id"] == tl.timeline_id
+        compare_all(ps, ImportedTimeline(tl.tenant_id, branch), small_backup)
