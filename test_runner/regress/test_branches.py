@@ -10,6 +10,7 @@ pageserver that attaches the tenant serves the branch."""
 from __future__ import annotations
 
 import os
+import tarfile
 
 import pytest
 
@@ -95,6 +96,12 @@ def test_branch_at_old_lsn(pageserver_factory, primary, test_output_dir, port_di
     assert res.pages > 100 and res.slru_segments >= 1, res
     assert not res.mismatches, "\n".join(res.mismatches[:40])
     golden = branch_pages(ps, tenant, branch, rels, lsn)
+    lease = http._json("POST", f"/v1/tenant/{tenant}/timeline/{branch}/lsn_lease", json={"lsn": fmt_lsn(lsn)})
+    assert lease["valid_until"], lease
+    base = fetch_backup(ps, "basebackup", tenant, branch, test_output_dir / "branch_base.tar", fmt_lsn(lsn))
+    with tarfile.open(base) as t:
+        names = t.getnames()  # the ancestor's directories, listed through the branch
+        assert "global/pg_control" in names and any(n.endswith("_init") for n in names), names[:20]
     assert_same_pages(ps, tenant, main, golden, rels, lsn, "the ancestor at the branch point")
 
     # Rows change after the branch point; the branch does not see them.
