@@ -106,7 +106,9 @@ def discover_failpoints() -> list[str]:
     return sorted(names)
 
 
-FAILPOINTS = discover_failpoints()
+# Branch creation's failpoints are off the import path: test_branches.py
+# crashes at them while creating a branch.
+FAILPOINTS = [f for f in discover_failpoints() if not f.startswith("branch-create::")]
 # Failpoints every import passes through (its final flush and timeline rename).
 IMPORT_PATH_PREFIXES = ("flush::", "timeline-create::")
 

@@ -144,6 +144,14 @@ pub struct TimelineCreateRequest {
     /// decides them).
     #[serde(default)]
     pub source: Option<WalSourceRequest>,
+    /// Create a branch of this timeline (`docs/branches.md`): its pages at
+    /// or below `ancestor_start_lsn` are the ancestor's. Excludes
+    /// `pg_version`, `initial_lsn` and `source`.
+    #[serde(default)]
+    pub ancestor_timeline_id: Option<TimelineId>,
+    /// Where the branch starts; the ancestor's `last_record_lsn` when absent.
+    #[serde(default)]
+    pub ancestor_start_lsn: Option<Lsn>,
 }
 
 /// A primary to follow (`POST .../timeline` `source`, `PUT .../source`).
@@ -235,6 +243,11 @@ pub struct TimelineInfo {
     /// LSN leases valid now, by LSN.
     #[serde(default)]
     pub lsn_leases: Vec<LsnLeaseInfo>,
+    /// For a branch: the timeline it branched from, and where.
+    #[serde(default)]
+    pub ancestor_timeline_id: Option<TimelineId>,
+    #[serde(default)]
+    pub ancestor_lsn: Option<Lsn>,
 }
 
 /// One valid LSN lease of a timeline.

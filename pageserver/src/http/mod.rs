@@ -22,6 +22,7 @@
 
 mod auth;
 mod backup;
+mod branches;
 mod error;
 mod extract;
 mod io_engine;

@@ -56,6 +56,8 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
             .into_iter()
             .map(|(lsn, l)| LsnLeaseInfo { lsn, valid_until: rfc3339_ms(l.valid_until) })
             .collect(),
+        ancestor_timeline_id: tl.ancestor_timeline_id(),
+        ancestor_lsn: tl.ancestor().map(|(_, lsn)| lsn),
     }
 }
 
@@ -109,6 +111,8 @@ fn broken_timeline_info(
         image_bytes: 0,
         gc_cutoff: Lsn(0),
         lsn_leases: Vec::new(),
+        ancestor_timeline_id: None,
+        ancestor_lsn: None,
     }
 }
 
@@ -138,6 +142,9 @@ pub async fn create(
     JsonBody(req): JsonBody<Option<TimelineCreateRequest>>,
 ) -> Result<(StatusCode, Json<TimelineInfo>), ApiError> {
     let req = req.unwrap_or_default();
+    if let Some(ancestor) = req.ancestor_timeline_id {
+        return super::branches::create(&state, tenant_id, ancestor, req).await;
+    }
     if let Some(source) = req.source {
         if req.pg_version.is_some() || req.initial_lsn.is_some() {
             return Err(ApiError::BadRequest(

@@ -3,9 +3,9 @@
 //! fsync, rename, fsync dir), so the list of live layer files,
 //! `disk_consistent_lsn` and the GC cutoff always change together.
 //!
-//! Format version 3 (little-endian):
+//! Format version 4 (little-endian):
 //! ```text
-//! magic "PSTM", version u16 = 3, pad u16,
+//! magic "PSTM", version u16 = 4, pad u16,
 //! disk_consistent_lsn u64, initial_lsn u64, pg_version u32, gc_cutoff u64,
 //! layer count u32, per layer (canonical order, see below):
 //!     level u8 (0 L0 delta, 1 L1 delta, 2 image), name length u16,
@@ -13,6 +13,8 @@
 //! empty stratum count u32, per stratum: level u8 (0 or 1), LSN start u64,
 //!     LSN end u64 (start < end);
 //! LSN-by-time sample count u32, per sample: unix seconds u64, LSN u64;
+//! ancestor flag u8 (0: none; 1: a branch, then ancestor timeline id
+//!     16 bytes, ancestor LSN u64);
 //! CRC-32C u32 of everything before it.
 //! ```
 //! Layers are listed strata oldest first (an L1 stratum's layers by key),
@@ -21,11 +23,16 @@
 //! the strata contiguous (a compaction that found no values; the gaps of a
 //! converted version-1 timeline). `gc_cutoff` is 0 until GC first runs.
 //!
+//! A branch (`docs/branches.md`) names its ancestor timeline and the LSN it
+//! branched at, which is its `initial_lsn`: its pages at or below that LSN
+//! are the ancestor's. A timeline without an ancestor has flag 0.
+//!
 //! Version 2 has no gc_cutoff, no level bytes (every layer is an L0), no
 //! empty strata and no LSN-by-time record; version 1 (from older daemons)
 //! has no layer list either (start-up builds one from the directory and
-//! rewrites the file at once). Both are still read; the next write is
-//! version 3. A mismatch of any kind (length, checksum, count, level,
+//! rewrites the file at once). Version 3 is version 4 without the
+//! ancestor flag. Versions 1 to 3 have no ancestor; all are still read;
+//! the next write is version 4. A mismatch of any kind (length, checksum, count, level,
 //! order) is an error naming the file.
 //!
 //! Start-up trusts the manifest, not the directory listing (see
@@ -36,6 +43,7 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Context};
 use io_engine::IoEngine;
+use utils::id::TimelineId;
 use utils::lsn::Lsn;
 
 use super::lsn_by_time::{LsnTimeRecord, MAX_LSN_TIME_SAMPLES};
@@ -44,7 +52,10 @@ use super::storage_layer::LayerLevel;
 const MAGIC: &[u8; 4] = b"PSTM";
 const VERSION_V1: u16 = 1;
 const VERSION_V2: u16 = 2;
-const VERSION: u16 = 3;
+const VERSION_V3: u16 = 3;
+const VERSION: u16 = 4;
+/// The ancestor of a branch: flag, timeline id, LSN.
+const ANCESTOR_LEN: usize = 1 + 16 + 8;
 /// Fixed part: magic, version, pad, two LSNs, pg_version.
 const FIXED_LEN: usize = 4 + 2 + 2 + 8 + 8 + 4;
 const V1_LEN: usize = FIXED_LEN + 4;
@@ -65,6 +76,7 @@ pub const MAX_METADATA_BYTES: usize = FIXED_LEN
     + 4
     + 4
     + MAX_LSN_TIME_SAMPLES * 16
+    + ANCESTOR_LEN
     + 4;
 
 const _: () = assert!(MAX_METADATA_BYTES < 300 << 20, "a manifest is read whole");
@@ -93,12 +105,16 @@ pub struct TimelineMetadata {
     /// Reads below it are refused; 0 until GC first runs.
     pub gc_cutoff: Lsn,
     pub lsn_by_time: LsnTimeRecord,
+    /// The timeline this one branched from (`None`: not a branch).
+    pub ancestor_timeline_id: Option<TimelineId>,
+    /// Where it branched: `initial_lsn` for a branch, 0 otherwise.
+    pub ancestor_lsn: Lsn,
 }
 
 /// What a metadata file decoded to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decoded {
-    /// Version 2 or 3: the manifest is authoritative.
+    /// Version 2 to 4: the manifest is authoritative.
     Manifest(TimelineMetadata),
     /// Version 1: no layer list (`layers` is empty); the caller builds one.
     V1(TimelineMetadata),
@@ -132,7 +148,24 @@ impl TimelineMetadata {
             empty_strata: Vec::new(),
             gc_cutoff: Lsn(0),
             lsn_by_time: LsnTimeRecord::default(),
+            ancestor_timeline_id: None,
+            ancestor_lsn: Lsn(0),
         }
+    }
+
+    /// A new branch's: no layers, starting at `ancestor_lsn`, where its
+    /// ancestor's history continues.
+    pub fn new_branch(ancestor: TimelineId, ancestor_lsn: Lsn, pg_version: u32) -> Self {
+        TimelineMetadata {
+            ancestor_timeline_id: Some(ancestor),
+            ancestor_lsn,
+            ..TimelineMetadata::new_empty(ancestor_lsn, pg_version)
+        }
+    }
+
+    /// The ancestor and the branch point, for a branch.
+    pub fn ancestor(&self) -> Option<(TimelineId, Lsn)> {
+        self.ancestor_timeline_id.map(|id| (id, self.ancestor_lsn))
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -167,9 +200,31 @@ impl TimelineMetadata {
             b.extend_from_slice(&secs.to_le_bytes());
             b.extend_from_slice(&lsn.0.to_le_bytes());
         }
+        match self.ancestor() {
+            None => b.push(0),
+            Some((id, lsn)) => {
+                assert_eq!(lsn, self.initial_lsn, "a branch starts at its branch point");
+                b.push(1);
+                b.extend_from_slice(id.as_bytes());
+                b.extend_from_slice(&lsn.0.to_le_bytes());
+            }
+        }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         debug_assert!(b.len() <= MAX_METADATA_BYTES);
+        b
+    }
+
+    /// The version-3 file of `self` (no ancestor), as the previous daemon
+    /// wrote it.
+    #[cfg(test)]
+    pub fn encode_v3(&self) -> Vec<u8> {
+        assert!(self.ancestor_timeline_id.is_none(), "version 3 has no ancestor");
+        let mut b = self.encode();
+        b.truncate(b.len() - 5); // the ancestor flag and the checksum
+        b[4..6].copy_from_slice(&VERSION_V3.to_le_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -224,11 +279,20 @@ impl TimelineMetadata {
                 return Ok(Decoded::V1(md));
             }
             VERSION_V2 => md.layers = r.layers(false)?,
-            VERSION => {
+            VERSION_V3 | VERSION => {
                 md.gc_cutoff = Lsn(r.u64("the GC cutoff")?);
                 md.layers = r.layers(true)?;
                 md.empty_strata = r.empty_strata(MAX_MANIFEST_LAYERS - md.layers.len())?;
                 md.lsn_by_time = r.lsn_by_time()?;
+                if version == VERSION {
+                    (md.ancestor_timeline_id, md.ancestor_lsn) = r.ancestor()?;
+                    ensure!(
+                        md.ancestor_timeline_id.is_none() || md.ancestor_lsn == md.initial_lsn,
+                        "a branch at {} starts at {}, not at its branch point",
+                        md.ancestor_lsn,
+                        md.initial_lsn
+                    );
+                }
             }
             v => bail!("unsupported metadata version {v}"),
         }
@@ -331,6 +395,20 @@ impl<'a> Reader<'a> {
             samples.push((self.u64("a sample time")?, Lsn(self.u64("a sample LSN")?)));
         }
         LsnTimeRecord::from_samples(samples)
+    }
+
+    /// The ancestor flag and, for a branch, its ancestor and branch point.
+    fn ancestor(&mut self) -> anyhow::Result<(Option<TimelineId>, Lsn)> {
+        match self.u8("the ancestor flag")? {
+            0 => Ok((None, Lsn(0))),
+            1 => {
+                let id = TimelineId(self.take(16, "the ancestor id")?.try_into().unwrap());
+                let lsn = Lsn(self.u64("the ancestor LSN")?);
+                ensure!(lsn != Lsn(0), "ancestor {id} at LSN 0/0");
+                Ok((Some(id), lsn))
+            }
+            b => bail!("bad ancestor flag {b}"),
+        }
     }
 }
 

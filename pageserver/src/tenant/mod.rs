@@ -19,6 +19,7 @@
 //! again (the tenant is Activating: `mgr/activation.rs`).
 
 pub mod attachment;
+pub mod branch;
 pub mod eviction;
 pub mod lsn_by_time;
 pub mod metadata;
@@ -44,7 +45,7 @@ use std::time::Duration;
 use anyhow::Context;
 use pageserver_api::key::Key;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
@@ -375,7 +376,7 @@ impl Tenant {
             }
         }
         let ids: Vec<TimelineId> = local.iter().map(|(tlid, _)| *tlid).collect();
-        let mut indexes = attachment::fetch_indexes(&conf, id, generation, &ids, indexes).await?;
+        let indexes = attachment::fetch_indexes(&conf, id, generation, &ids, indexes).await?;
         let tenant = Tenant {
             id,
             generation,
@@ -387,32 +388,26 @@ impl Tenant {
             broken_timelines: RwLock::new(HashMap::new()),
             creating: Mutex::new(HashSet::new()),
         };
-        for (tlid, path) in local {
-            let index = indexes.remove(&tlid).expect("fetch_indexes answers every timeline");
-            tenant.load_timeline_or_mark_broken(tlid, path, index).await;
-        }
+        tenant.load_timelines_in_order(local, indexes).await;
         metrics::BROKEN_TIMELINES.add(tenant.list_broken_timelines().len() as i64);
         Ok(Arc::new(tenant))
     }
 
-    /// Load timeline `tlid` from `dir` with its remote client, and publish
-    /// it; one that fails becomes Broken with the reason (counted by the
-    /// caller).
+    /// Load timeline `tlid` from `dir` with its remote client (and, for a
+    /// branch, its loaded ancestor), and publish it; one that fails
+    /// becomes Broken with the reason (counted by the caller).
     async fn load_timeline_or_mark_broken(
         &self,
         tlid: TimelineId,
         dir: PathBuf,
         index: RemoteIndex,
+        ancestor: Option<Arc<Timeline>>,
     ) {
-        match self.load_timeline(tlid, dir, index).await {
+        match self.load_timeline(tlid, dir, index, ancestor).await {
             Ok(tl) => {
                 self.timelines.write().unwrap().insert(tlid, tl);
             }
-            Err(e) => {
-                let reason = utils::error::report_anyhow(&e);
-                error!("timeline {}/{tlid} is broken and will not be served: {reason}", self.id);
-                self.broken_timelines.write().unwrap().insert(tlid, reason);
-            }
+            Err(e) => self.mark_broken(tlid, utils::error::report_anyhow(&e)),
         }
     }
 
@@ -423,14 +418,15 @@ impl Tenant {
         tlid: TimelineId,
         dir: PathBuf,
         index: RemoteIndex,
+        ancestor: Option<Arc<Timeline>>,
     ) -> anyhow::Result<Arc<Timeline>> {
         let ids = (self.id, tlid);
         let client = attachment::timeline_client(&self.conf, ids, self.generation, &dir, index)
             .await
             .context("remote storage")?;
         let cancel = self.cancel.child_token();
-        Timeline::load(self.conf.clone(), self.globals.clone(), self.id, tlid, dir, cancel, client)
-            .await
+        let (conf, globals) = (self.conf.clone(), self.globals.clone());
+        Timeline::load(conf, globals, self.id, tlid, dir, cancel, client, ancestor).await
     }
 
     pub fn id(&self) -> TenantId {
@@ -538,14 +534,17 @@ impl Tenant {
             temp_dir,
             self.cancel.child_token(),
             None,
+            None,
         )
         .await?;
         uninit.timeline = Some(tl);
         Ok(uninit)
     }
 
-    /// Stops and removes a timeline, Broken ones included.
+    /// Stops and removes a timeline, Broken ones included; refused for a
+    /// timeline that has branches.
     pub async fn delete_timeline(&self, id: TimelineId) -> Result<(), TenantError> {
+        self.refuse_if_branched(id)?;
         let removed = self.timelines.write().unwrap().remove(&id);
         match removed {
             Some(tl) => tl.shutdown(false, Duration::ZERO).await,
@@ -558,6 +557,7 @@ impl Tenant {
         }
         let dir = self.timeline_dir(id);
         remove_dir_durably(&self.conf, &dir).await?;
+        self.forget_branch(id);
         info!("deleted timeline {}/{id}", self.id);
         Ok(())
     }
@@ -624,7 +624,7 @@ impl UninitializedTimeline {
             tenant.conf.io_engine.rename(&temp_dir, &final_dir).await?;
             tenant.conf.io_engine.fsync_dir(final_dir.parent().unwrap()).await?;
             utils::failpoint::failpoint("timeline-create::after-rename")?;
-            tenant.load_timeline(self.id, final_dir, RemoteIndex::Given(None)).await
+            tenant.load_timeline(self.id, final_dir, RemoteIndex::Given(None), None).await
         }
         .await;
         match result {

@@ -17,6 +17,17 @@ fn sample() -> TimelineMetadata {
         empty_strata: vec![(LayerLevel::L1, Lsn(0x20)..Lsn(0x30))],
         gc_cutoff: Lsn(0x40),
         lsn_by_time,
+        ancestor_timeline_id: None,
+        ancestor_lsn: Lsn(0),
+    }
+}
+
+/// `sample()` as a branch of another timeline at its `initial_lsn`.
+fn branch_sample() -> TimelineMetadata {
+    TimelineMetadata {
+        ancestor_timeline_id: Some(TimelineId([7; 16])),
+        ancestor_lsn: Lsn(0x10),
+        ..sample()
     }
 }
 
@@ -95,14 +106,14 @@ fn bad_fields_are_refused() {
     let mut md = sample();
     md.lsn_by_time = LsnTimeRecord::default();
     let mut b = md.encode();
-    b.truncate(b.len() - 8);
+    b.truncate(b.len() - 9); // the count, the ancestor flag, the checksum
     b.extend_from_slice(&2u32.to_le_bytes());
     for (t, lsn) in [(10u64, 5u64), (9, 6)] {
         b.extend_from_slice(&t.to_le_bytes());
         b.extend_from_slice(&lsn.to_le_bytes());
     }
     let err =
-        format!("{:#}", TimelineMetadata::decode(&with_crc([b, vec![0; 4]].concat())).unwrap_err());
+        format!("{:#}", TimelineMetadata::decode(&with_crc([b, vec![0; 5]].concat())).unwrap_err());
     assert!(err.contains("out of order"), "{err}");
 }
 
@@ -119,7 +130,7 @@ fn version_2_is_read_as_all_l0() {
     md.gc_cutoff = Lsn(0);
     md.lsn_by_time = LsnTimeRecord::default();
     assert_eq!(v2, md);
-    // Written back, it is version 3.
+    // Written back, it is version 4.
     assert_eq!(u16::from_le_bytes(v2.encode()[4..6].try_into().unwrap()), VERSION);
 }
 
@@ -144,7 +155,62 @@ fn version_1_is_read_without_layers() {
 #[test]
 fn the_size_bound_holds_a_full_manifest() {
     let entry = MAX_LAYER_ENTRY;
-    let full =
-        FIXED_LEN + 8 + 4 + MAX_MANIFEST_LAYERS * entry + 4 + 4 + MAX_LSN_TIME_SAMPLES * 16 + 4;
+    let full = FIXED_LEN
+        + 8
+        + 4
+        + MAX_MANIFEST_LAYERS * entry
+        + 4
+        + 4
+        + MAX_LSN_TIME_SAMPLES * 16
+        + 25
+        + 4;
     assert_eq!(full, MAX_METADATA_BYTES);
+}
+
+#[test]
+fn a_branch_round_trips_and_damage_is_refused() {
+    let m = branch_sample();
+    let b = m.encode();
+    assert_eq!(u16::from_le_bytes(b[4..6].try_into().unwrap()), 4);
+    assert_eq!(TimelineMetadata::decode(&b).unwrap(), Decoded::Manifest(m.clone()));
+    assert_eq!(m.ancestor(), Some((TimelineId([7; 16]), Lsn(0x10))));
+    for i in 0..b.len() * 8 {
+        let mut t = b.clone();
+        t[i / 8] ^= 1 << (i % 8);
+        assert!(TimelineMetadata::decode(&t).is_err(), "bit {i} flipped was accepted");
+    }
+    let flag = b.len() - 4 - 25;
+    let cases: Vec<(usize, Vec<u8>, &str)> = vec![
+        (flag, vec![2], "bad ancestor flag 2"),
+        (flag + 17, 0u64.to_le_bytes().to_vec(), "at LSN 0/0"),
+        (flag + 17, 0x11u64.to_le_bytes().to_vec(), "not at its branch point"),
+    ];
+    for (at, bytes, msg) in cases {
+        let mut t = b.clone();
+        t[at..at + bytes.len()].copy_from_slice(&bytes);
+        let err = format!("{:#}", TimelineMetadata::decode(&with_crc(t)).unwrap_err());
+        assert!(err.contains(msg), "patch at {at}: {err}");
+    }
+    for len in 0..b.len() {
+        let t = with_crc(b[..len].to_vec());
+        assert!(TimelineMetadata::decode(&t).is_err(), "truncated to {len} bytes was accepted");
+    }
+}
+
+/// A version-3 manifest (the previous daemon's) loads as a timeline
+/// without an ancestor, and is written back as version 4.
+#[test]
+fn version_3_loads_without_ancestor() {
+    let md = sample();
+    let v3 = md.encode_v3();
+    assert_eq!(u16::from_le_bytes(v3[4..6].try_into().unwrap()), 3);
+    assert_eq!(v3.len() + 1, md.encode().len());
+    let Decoded::Manifest(back) = TimelineMetadata::decode(&v3).unwrap() else {
+        panic!("not a manifest")
+    };
+    assert_eq!(back, md);
+    assert_eq!(back.ancestor(), None);
+    // Trailing bytes after a version-3 manifest are refused too.
+    let t = with_crc([&v3[..], &[0; 5]].concat());
+    assert!(TimelineMetadata::decode(&t).is_err());
 }

@@ -13,8 +13,13 @@
 //!  "layers": {"000..-FFF..__00000000014EE2C9-00000000016B5A51":
 //!      {"level": "L0", "file_size": 270336, "crc32c": 3735928559, "generation": 1}},
 //!  "empty_strata": [], "lsn_by_time": [[1763900000, "0/16B5A50"]],
-//!  "wal_source": null}
+//!  "wal_source": null,
+//!  "ancestor_timeline_id": "...", "ancestor_lsn": "0/14EE2C8"}
 //! ```
+//!
+//! `ancestor_timeline_id` and `ancestor_lsn` are only there for a branch
+//! (indexes written before branches existed load as timelines without an
+//! ancestor); a branch's `ancestor_lsn` must be its `initial_lsn`.
 //!
 //! Decoding checks what start-up checks of a local manifest
 //! (`load::check_manifest`, by the caller) plus: the version, every name a
@@ -24,6 +29,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{ensure, Context};
 use serde::{Deserialize, Serialize};
+use utils::id::TimelineId;
 use utils::lsn::Lsn;
 
 use super::Generation;
@@ -105,6 +111,12 @@ pub struct IndexPart {
     /// (unix seconds, LSN) samples, as in the local manifest.
     pub lsn_by_time: Vec<(u64, Lsn)>,
     pub wal_source: Option<WalSource>,
+    /// The timeline a branch branched from (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ancestor_timeline_id: Option<TimelineId>,
+    /// Where a branch branched (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ancestor_lsn: Option<Lsn>,
 }
 
 impl IndexPart {
@@ -138,6 +150,8 @@ impl IndexPart {
             empty_strata: empty.collect(),
             lsn_by_time: md.lsn_by_time.samples().to_vec(),
             wal_source,
+            ancestor_timeline_id: md.ancestor_timeline_id,
+            ancestor_lsn: md.ancestor().map(|(_, lsn)| lsn),
         }
     }
 
@@ -164,6 +178,18 @@ impl IndexPart {
                 l.generation
             );
         }
+        match (ip.ancestor_timeline_id, ip.ancestor_lsn) {
+            (None, None) => {}
+            (Some(id), Some(lsn)) => ensure!(
+                lsn == ip.initial_lsn,
+                "index_part.json: a branch of {id} at {lsn} starts at {}",
+                ip.initial_lsn
+            ),
+            (id, lsn) => anyhow::bail!(
+                "index_part.json has ancestor_timeline_id {id:?} and ancestor_lsn {lsn:?}: \
+                 a branch needs both"
+            ),
+        }
         Ok(ip)
     }
 
@@ -185,6 +211,8 @@ impl IndexPart {
             gc_cutoff: self.gc_cutoff,
             lsn_by_time: LsnTimeRecord::from_samples(self.lsn_by_time.clone())
                 .context("index_part.json lsn_by_time")?,
+            ancestor_timeline_id: self.ancestor_timeline_id,
+            ancestor_lsn: self.ancestor_lsn.unwrap_or(Lsn(0)),
         })
     }
 }
@@ -226,6 +254,25 @@ mod tests {
         let back = IndexPart::from_json(&ip.to_json()).unwrap();
         assert_eq!(back, ip);
         assert_eq!(back.to_metadata().unwrap(), md);
+        // Without an ancestor the fields are absent, as older indexes are.
+        let json = String::from_utf8(ip.to_json()).unwrap();
+        assert!(!json.contains("ancestor"), "{json}");
+        // A branch's ancestor round-trips.
+        let branch = TimelineMetadata {
+            ancestor_timeline_id: Some(TimelineId([3; 16])),
+            ancestor_lsn: Lsn(0x10),
+            ..md.clone()
+        };
+        let ip = IndexPart::new(Generation(3), &branch, &uploaded, None);
+        let back = IndexPart::from_json(&ip.to_json()).unwrap();
+        assert_eq!(back.to_metadata().unwrap(), branch);
+        let mut half = ip.clone();
+        half.ancestor_lsn = None;
+        let e = format!("{:#}", IndexPart::from_json(&half.to_json()).unwrap_err());
+        assert!(e.contains("a branch needs both"), "{e}");
+        half.ancestor_lsn = Some(Lsn(0x20));
+        let e = format!("{:#}", IndexPart::from_json(&half.to_json()).unwrap_err());
+        assert!(e.contains("starts at 0/10"), "{e}");
     }
 
     #[test]

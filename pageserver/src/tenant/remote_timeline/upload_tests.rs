@@ -56,8 +56,8 @@ async fn fixture_checking(extra: &str, period: Duration) -> Fixture {
             .with_check_period(period);
     let globals = Arc::new(Globals::default());
     let cancel = CancellationToken::new();
-    let tl =
-        Timeline::load(conf, globals, t, id, tl_dir, cancel, Some(Arc::new(client))).await.unwrap();
+    let client = Some(Arc::new(client));
+    let tl = Timeline::load(conf, globals, t, id, tl_dir, cancel, client, None).await.unwrap();
     Fixture { _dir: dir, remote_root, rs, tl }
 }
 

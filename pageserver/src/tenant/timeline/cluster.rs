@@ -65,7 +65,8 @@ impl Timeline {
     /// (not through `get_vectored`, which needs this answer first).
     async fn read_data_checksums(&self) -> bool {
         let lsn = self.get_last_record_lsn();
-        let snapshot = self.layers.read().unwrap().snapshot();
+        let snapshots = self.read_snapshots();
+        let chain = vectored_read::ReadChain::new(snapshots.iter().map(|(s, cap)| (s, *cap)));
         let limits = vectored_read::ReadLimits {
             timeline: &self.read_slots,
             process: vectored_read::process_read_slots(),
@@ -74,7 +75,7 @@ impl Timeline {
         let plain = ClusterInfo { version: self.pg_major(), data_checksums: false };
         let query = [(Key::control_file(), lsn)];
         let (mut res, _) =
-            vectored_read::read(&self.conf.io_engine, &snapshot, &query, limits, plain).await;
+            vectored_read::read(&self.conf.io_engine, chain, &query, limits, plain).await;
         match res.pop().expect("one result per query") {
             Ok(bytes) => ControlFileData::decode(&bytes, self.pg_major())
                 .map(|c| c.data_checksum_version != 0)

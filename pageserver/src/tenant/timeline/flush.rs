@@ -174,6 +174,8 @@ impl Timeline {
             empty_strata: historic.empty_strata(),
             gc_cutoff: historic.gc_cutoff(),
             lsn_by_time,
+            ancestor_timeline_id: self.ancestor.as_ref().map(|a| a.timeline.timeline_id),
+            ancestor_lsn: self.ancestor.as_ref().map_or(Lsn(0), |a| a.lsn),
         };
         load::check_manifest(&md).context("the manifest about to be written is invalid")?;
         md.persist(&self.conf.io_engine, &self.dir).await?;

@@ -306,6 +306,8 @@ mod tests {
             empty_strata: Vec::new(),
             gc_cutoff: Lsn(0),
             lsn_by_time: LsnTimeRecord::default(),
+            ancestor_timeline_id: None,
+            ancestor_lsn: Lsn(0),
         }
     }
 

@@ -56,6 +56,7 @@ use utils::lsn::Lsn;
 use utils::seqwait::SeqWait;
 
 mod backpressure;
+pub mod branch;
 mod cluster;
 pub mod compaction;
 mod flush;
@@ -72,6 +73,7 @@ pub mod wal_source;
 use wal_source::{ReceiverStatus, WalSource};
 mod writer;
 
+use branch::Ancestor;
 use lease::{Begun, LeaseMap, LeaseStore, LsnLease, TooManyLeases, WriteError};
 use log_limit::PerKeyLogLimit;
 pub use read::LsnNotReadable;
@@ -162,6 +164,12 @@ pub struct Timeline {
     /// The timeline's remote storage link, when remote storage is
     /// configured (`remote_timeline/`).
     remote: Option<Arc<RemoteTimelineClient>>,
+    /// For a branch: the timeline it reads its history at or below the
+    /// branch point from (`branch.rs`).
+    ancestor: Option<Ancestor>,
+    /// This timeline's branches and their branch points, which GC keeps
+    /// (`branch.rs`; changed under the lease store's lock).
+    branch_points: Mutex<std::collections::BTreeMap<TimelineId, Lsn>>,
 }
 
 /// Committed WAL batches whose last record `prev_record_lsn` remembers.
@@ -201,7 +209,9 @@ impl Timeline {
     }
 
     /// Load a timeline from `dir` as its manifest says (see `load.rs`) and
-    /// start its background tasks.
+    /// start its background tasks. A branch's `ancestor` is loaded first
+    /// and must be the one its manifest names.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn load(
         conf: Arc<StorageConf>,
         globals: Arc<Globals>,
@@ -210,9 +220,11 @@ impl Timeline {
         dir: PathBuf,
         cancel: CancellationToken,
         remote: Option<Arc<RemoteTimelineClient>>,
+        ancestor: Option<Arc<Timeline>>,
     ) -> anyhow::Result<Arc<Timeline>> {
         let load::Loaded { md, layers } =
             load::load_layers(&conf, &dir, (tenant_id, timeline_id), remote.as_ref()).await?;
+        let ancestor = branch::check_ancestor(&md, ancestor)?;
         let layer_map =
             LayerMap::try_new(md.initial_lsn + 1, md.gc_cutoff, layers, md.empty_strata.clone())?;
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
@@ -254,6 +266,8 @@ impl Timeline {
             compaction_wakeup: Notify::new(),
             l0_count_changed: Notify::new(),
             remote,
+            ancestor,
+            branch_points: Mutex::new(std::collections::BTreeMap::new()),
         });
         let span =
             tracing::info_span!("timeline", tenant_id = %tenant_id, timeline_id = %timeline_id);
@@ -310,13 +324,14 @@ impl Timeline {
     }
 
     /// Raise the GC cutoff towards `wanted`, but never above the lowest
-    /// lease valid at `now` nor below the current cutoff; returns the
+    /// lease valid at `now` or branch point, nor below the current cutoff; returns the
     /// cutoff now in force (in memory: the next manifest write persists
     /// it). Holds the lease store's lock, which lease renewals check the
     /// cutoff under, so a lease is either seen here or refused there.
     pub async fn set_gc_cutoff(&self, wanted: Lsn, now: SystemTime) -> Lsn {
         self.leases.with_min_valid(now, |leased| {
             let cutoff = leased.map_or(wanted, |leased| wanted.min(leased));
+            let cutoff = self.min_branch_point().map_or(cutoff, |b| cutoff.min(b));
             let mut lm = self.layers.write().unwrap();
             let cutoff = cutoff.max(lm.historic().gc_cutoff());
             lm.set_gc_cutoff(cutoff);

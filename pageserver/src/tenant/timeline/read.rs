@@ -146,20 +146,21 @@ impl Timeline {
         Ok(())
     }
 
-    /// `queries` read on a snapshot of the layer map taken now.
+    /// `queries` read on a snapshot of the layer map taken now (and, for a
+    /// branch, of its ancestors': `branch.rs`).
     async fn read_snapshot(
         &self,
         queries: &[(Key, Lsn)],
         ready: &mut Ready<'_, Result<Bytes, PageReconstructError>>,
     ) -> vectored_read::ReadStats {
-        let snapshot = self.layers.read().unwrap().snapshot();
+        let snapshots = self.read_snapshots();
+        let chain = vectored_read::ReadChain::new(snapshots.iter().map(|(s, cap)| (s, *cap)));
         let limits = vectored_read::ReadLimits {
             timeline: &self.read_slots,
             process: vectored_read::process_read_slots(),
         };
         let cluster = self.cluster_info().await;
-        vectored_read::read_each(&self.conf.io_engine, &snapshot, queries, limits, cluster, ready)
-            .await
+        vectored_read::read_each(&self.conf.io_engine, chain, queries, limits, cluster, ready).await
     }
 
     /// Corruption found while serving is loud: every corrupt value or index

@@ -144,13 +144,21 @@ fn read_manifest(path: &std::path::Path) -> crate::tenant::metadata::TimelineMet
 }
 
 #[tokio::test]
-async fn version_2_manifest_loads_and_the_next_write_is_version_3() {
+async fn version_2_and_3_manifests_load_and_the_next_write_is_version_4() {
+    for v3 in [false, true] {
+        older_manifest_loads(v3).await;
+    }
+}
+
+/// A timeline whose manifest is version 2 (or 3) loads, serves, and its
+/// next manifest write is version 4 (without an ancestor).
+async fn older_manifest_loads(v3: bool) {
     let (dir, t, tl, paths) = two_layers().await;
     let path = metadata_path(&paths);
     let md = read_manifest(&path);
     assert!(!md.lsn_by_time.samples().is_empty(), "each manifest write records a sample");
     assert!(md.layers.iter().all(|l| l.level == crate::tenant::storage_layer::LayerLevel::L0));
-    std::fs::write(&path, md.encode_v2()).unwrap();
+    std::fs::write(&path, if v3 { md.encode_v3() } else { md.encode_v2() }).unwrap();
 
     let conf = Arc::new(StorageConf::for_tests(dir.path()));
     let mgr = TenantManager::load(conf, CancellationToken::new()).await.unwrap();
@@ -163,8 +171,9 @@ async fn version_2_manifest_loads_and_the_next_write_is_version_3() {
     drop(w);
     tl.freeze_and_flush().await.unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 3);
+    assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 4);
     let md = read_manifest(&path);
+    assert_eq!(md.ancestor(), None);
     assert_eq!((md.layers.len(), md.disk_consistent_lsn), (3, Lsn(0x38)));
     assert_eq!(md.lsn_by_time.samples().last().unwrap().1, Lsn(0x38));
     assert_eq!(

@@ -55,6 +55,13 @@
 //! waits for its tail's permits holds only its head's, whose reads need
 //! nothing more and end: gets cannot deadlock on them.
 //!
+//! Branches: a read walks a chain of snapshots ([`ReadChain`]): the
+//! timeline's own, then, while the key is not reconstructed, its
+//! ancestor's at min(request LSN, branch point), and so on up the
+//! ancestors (`docs/branches.md`). The values of all links make one plan,
+//! newest first; an ancestor's LSN is at or above its GC cutoff (GC keeps
+//! the history at every branch point), and a read below it is refused.
+//!
 //! Files: `plan.rs` plans queries (the walk, the two passes, refusals);
 //! `parts.rs` coalesces a part's plans into chunks and answers each query
 //! when its chunks are read; `io.rs` runs the chunk reads in bounded
@@ -101,6 +108,42 @@ impl ReadStats {
     }
 }
 
+/// The layer map snapshots a read walks, newest history first: the
+/// timeline's own, then for a branch its ancestor's, each with the LSN the
+/// read goes on at there (the branch point; `Lsn::MAX` for the first).
+pub struct ReadChain<'s> {
+    links: SmallVec<[(&'s ReadSnapshot, Lsn); 2]>,
+}
+
+impl<'s> ReadChain<'s> {
+    /// A chain of (snapshot, LSN cap) links; the first is the timeline's own.
+    pub fn new(links: impl IntoIterator<Item = (&'s ReadSnapshot, Lsn)>) -> ReadChain<'s> {
+        let links: SmallVec<_> = links.into_iter().collect();
+        assert!(!links.is_empty(), "a read chain has the timeline's own snapshot");
+        ReadChain { links }
+    }
+
+    /// The timeline's own snapshot.
+    pub fn own(&self) -> &'s ReadSnapshot {
+        self.links[0].0
+    }
+
+    /// The (snapshot, LSN) pairs a read at `lsn` walks, in order: each
+    /// link at the lowest of `lsn` and the caps up to it.
+    pub fn at(&self, lsn: Lsn) -> impl Iterator<Item = (&'s ReadSnapshot, Lsn)> + '_ {
+        self.links.iter().scan(lsn, |at, &(snapshot, cap)| {
+            *at = (*at).min(cap);
+            Some((snapshot, *at))
+        })
+    }
+}
+
+impl<'s> From<&'s ReadSnapshot> for ReadChain<'s> {
+    fn from(snapshot: &'s ReadSnapshot) -> ReadChain<'s> {
+        ReadChain::new([(snapshot, Lsn::MAX)])
+    }
+}
+
 /// Where a read hands its results: (index into the queries, result),
 /// exactly once per query, as soon as it is known.
 pub type Ready<'f, T> = dyn FnMut(usize, T) + Send + 'f;
@@ -108,9 +151,9 @@ pub type Ready<'f, T> = dyn FnMut(usize, T) + Send + 'f;
 /// Read `queries` (key at LSN) through the layers of `snapshot`; the
 /// results in query order. A query below the snapshot's GC cutoff is
 /// refused (`GarbageCollected`).
-pub async fn read(
+pub async fn read<'s>(
     engine: &IoEngine,
-    snapshot: &ReadSnapshot,
+    snapshot: impl Into<ReadChain<'s>>,
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
     cluster: ClusterInfo,
@@ -126,9 +169,9 @@ pub async fn read(
 /// [`read`], handing each query's result to `ready` as soon as the chunks
 /// it needs are read (queries refused at planning first), so a caller can
 /// answer the first pages while the others are still on the disk.
-pub async fn read_each(
+pub async fn read_each<'s>(
     engine: &IoEngine,
-    snapshot: &ReadSnapshot,
+    chain: impl Into<ReadChain<'s>>,
     queries: &[(Key, Lsn)],
     limits: ReadLimits<'_>,
     cluster: ClusterInfo,
@@ -148,6 +191,7 @@ pub async fn read_each(
         }
     }
     let answers = Answers { askers, cluster, ready: std::sync::Mutex::new(ready) };
+    let snapshot = &chain.into();
 
     // The head: planned, and its reads started, before the tail is planned
     // (`join!` polls the head first, then both parts on every wake). One

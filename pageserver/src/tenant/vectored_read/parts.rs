@@ -11,13 +11,12 @@ use smallvec::SmallVec;
 use io_engine::IoEngine;
 
 use super::super::reconstruct::{reconstruct, ClusterInfo};
-use super::super::storage_layer::layer_map::ReadSnapshot;
 use super::super::storage_layer::BlobRef;
 use super::super::value::Value;
 use super::super::PageReconstructError;
 use super::io::{read_bounded, ChunkRead, ChunkResult, Permits};
 use super::plan::{finish_plans, refusal, PlanResult, PlannedLayer, Query};
-use super::{coalesce, ReadStats, Ready, CHUNK_ALIGN};
+use super::{coalesce, ReadChain, ReadStats, Ready, CHUNK_ALIGN};
 
 /// Hands a unique query's result to every query that asked for it. The
 /// head and the tail of a get answer through it while both read, in the
@@ -57,7 +56,7 @@ impl Part {
     /// the queries refused at planning, and coalesce the values the others
     /// need per layer.
     pub async fn plan(
-        snapshot: &ReadSnapshot,
+        snapshot: &ReadChain<'_>,
         (mut uniq, memory): (Vec<Query>, Vec<Option<PlanResult>>),
         first: usize,
         answers: &Answers<'_, '_>,

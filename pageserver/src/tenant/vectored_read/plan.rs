@@ -18,6 +18,7 @@ use super::super::storage_layer::layer_file::LayerFile;
 use super::super::storage_layer::layer_map::{ReadSnapshot, ReadableLayer};
 use super::super::storage_layer::BlobRef;
 use super::super::PageReconstructError;
+use super::ReadChain;
 
 /// (layer index, LSN, location), newest first. Inline: a page is usually
 /// one image.
@@ -74,8 +75,11 @@ pub(super) fn reads_direct(plan: &Option<PlanResult>) -> bool {
 /// Plan each query from memory only (in-memory layers, cached index
 /// blocks, resident layers): no future per query on the common path, and
 /// never waits. `None` for a query that needs a read.
-pub(super) fn plan_from_memory(snapshot: &ReadSnapshot, uniq: &[Query]) -> Vec<Option<PlanResult>> {
-    let gc_cutoff = snapshot.gc_cutoff();
+pub(super) fn plan_from_memory(
+    snapshot: &ReadChain<'_>,
+    uniq: &[Query],
+) -> Vec<Option<PlanResult>> {
+    let gc_cutoff = snapshot.own().gc_cutoff();
     let planned = uniq.iter().map(|q| {
         if q.lsn < gc_cutoff {
             let (key, lsn) = (q.key, q.lsn);
@@ -92,7 +96,7 @@ pub(super) fn plan_from_memory(snapshot: &ReadSnapshot, uniq: &[Query]) -> Vec<O
 /// planned again, all concurrently, so their reads overlap instead of
 /// running one after another.
 pub(super) async fn finish_plans(
-    snapshot: &ReadSnapshot,
+    snapshot: &ReadChain<'_>,
     uniq: &mut [Query],
     mut plans: Vec<Option<PlanResult>>,
 ) -> Vec<PlannedLayer> {
@@ -156,29 +160,64 @@ pub(super) type PlanResult = Result<(WalkPlan, bool), PageReconstructError>;
 
 /// Plan one query: walk the snapshot's layers for `key` newest first,
 /// collecting its values above each layer's floor until one that
-/// initializes the page (`complete`), or the walk ends. With `cached_only`,
+/// initializes the page (`complete`), or the walk ends; then, for a
+/// branch, the same in its ancestor at min(`lsn`, branch point), and so
+/// on (`ReadChain::at`). An ancestor's link below its GC cutoff is
+/// refused (GC keeps every branch point, so this is a broken invariant,
+/// never a race). With `cached_only`,
 /// a layer file's index blocks come from the block cache only and only
 /// resident layers are read: then this never waits, and is `None` when a
 /// block or a layer file is missing. The layers visited are counted
 /// (`pageserver_layers_visited_per_read`).
 async fn plan(
+    chain: &ReadChain<'_>,
+    key: Key,
+    request_lsn: Lsn,
+    cached_only: bool,
+) -> Option<PlanResult> {
+    let mut plan = WalkPlan::new();
+    let mut visited = LayersVisited { layers: 0, counted: false };
+    for (link, (snapshot, lsn)) in chain.at(request_lsn).enumerate() {
+        let gc_cutoff = snapshot.gc_cutoff();
+        let walked = match link > 0 && lsn < gc_cutoff {
+            true => Err(PageReconstructError::GarbageCollected { key, lsn, gc_cutoff }),
+            false => walk_link(snapshot, key, lsn, cached_only, &mut plan, &mut visited).await?,
+        };
+        match walked {
+            Ok(false) => continue,
+            Ok(true) => {
+                visited.counted = true;
+                return Some(Ok((plan, true)));
+            }
+            Err(e) => {
+                visited.counted = true;
+                return Some(Err(e));
+            }
+        }
+    }
+    visited.counted = true;
+    Some(Ok((plan, false)))
+}
+
+/// One link of [`plan`]: append `key`'s values at or below `lsn` in
+/// `snapshot`'s layers to `plan`; whether they reach one that initializes
+/// the page. `None`: a block or a layer is not in memory (`cached_only`).
+async fn walk_link(
     snapshot: &ReadSnapshot,
     key: Key,
     lsn: Lsn,
     cached_only: bool,
-) -> Option<PlanResult> {
+    plan: &mut WalkPlan,
+    visited: &mut LayersVisited,
+) -> Option<Result<bool, PageReconstructError>> {
     let ck = key.to_compact();
-    let (mut plan, mut scratch) = (WalkPlan::new(), Vec::new());
-    let mut visited = LayersVisited { layers: 0, counted: false };
+    let mut scratch = Vec::new();
     for (layer, floor) in snapshot.walk(key, lsn) {
         visited.layers += 1;
         scratch.clear();
         let layer = match open_layer(layer, cached_only).await? {
             Ok(layer) => layer,
-            Err(e) => {
-                visited.counted = true;
-                return Some(Err(e));
-            }
+            Err(e) => return Some(Err(e)),
         };
         let done = match &layer {
             PlannedLayer::InMemory(l) => Ok(l.collect(ck, lsn, floor, &mut scratch)),
@@ -190,19 +229,16 @@ async fn plan(
         let done = match done {
             Ok(done) => done,
             Err(source) => {
-                visited.counted = true;
                 let layer = layer.describe();
                 return Some(Err(PageReconstructError::LayerIndex { layer, source }));
             }
         };
         plan.extend(scratch.iter().map(|&(lsn, b)| (layer.clone(), lsn, b)));
         if done {
-            visited.counted = true;
-            return Some(Ok((plan, true)));
+            return Some(Ok(true));
         }
     }
-    visited.counted = true;
-    Some(Ok((plan, false)))
+    Some(Ok(false))
 }
 
 /// The layer of a walk as a plan reads it: a historic layer's open file,

@@ -65,6 +65,8 @@ pub(crate) fn client(
         empty_strata: Vec::new(),
         lsn_by_time: Vec::new(),
         wal_source: None,
+        ancestor_timeline_id: None,
+        ancestor_lsn: None,
     };
     let dir = dir.to_path_buf();
     Arc::new(RemoteTimelineClient::new(

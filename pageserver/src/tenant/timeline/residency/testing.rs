@@ -140,7 +140,8 @@ impl RemoteTimeline {
     ) -> anyhow::Result<Arc<Timeline>> {
         let (conf, globals) = (self.conf.clone(), Arc::new(Globals::default()));
         let (t, tl, dir) = (self.ids.0, self.ids.1, self.dir.clone());
-        Timeline::load(conf, globals, t, tl, dir, CancellationToken::new(), Some(client)).await
+        Timeline::load(conf, globals, t, tl, dir, CancellationToken::new(), Some(client), None)
+            .await
     }
 
     /// Remove the local files of every uploaded layer.
