@@ -345,9 +345,8 @@ fn page_timelines_follow_the_history() {
         wal[at..at + 4].copy_from_slice(&2u32.to_le_bytes());
         page += PAGE;
     }
-    let history = |switch_lsn| {
-        TimelineHistory::new(2, vec![TliSwitch { tli: 1, switch_lsn }]).unwrap()
-    };
+    let history =
+        |switch_lsn| TimelineHistory::new(2, vec![TliSwitch { tli: 1, switch_lsn }]).unwrap();
     let decode = |h: TimelineHistory| {
         let mut decoder = WalStreamDecoder::new(w.start, version);
         decoder.set_timeline_history(h);
@@ -375,4 +374,32 @@ fn page_timelines_follow_the_history() {
     back[at..at + 4].copy_from_slice(&1u32.to_le_bytes());
     let e = decode_all(w.start, version, &back).unwrap_err();
     assert!(e.msg.contains("timeline 1 after timeline 2"), "{e}");
+}
+
+/// A cascading walsender may send the start of a record its standby never
+/// completed before promotion; the new timeline continues at the end of
+/// the last complete record. `restart_at` drops the partial bytes and
+/// decodes the new timeline's record there.
+#[test]
+fn restart_at_drops_a_record_never_completed() {
+    let version = PgMajorVersion::V15;
+    let mut old = WalWriter::new(Lsn(WAL_SEGMENT_SIZE), version);
+    let first = old.record_of_len(64, 1);
+    let switch = old.lsn();
+    old.record_of_len(6000, 2); // only its start is sent
+    let mut new = WalWriter::new(Lsn(WAL_SEGMENT_SIZE), version);
+    new.record_of_len(64, 1);
+    new.prev = first;
+    let after = new.record_of_len(100, 3);
+    assert_eq!(after, switch);
+
+    let mut decoder = WalStreamDecoder::new(old.start, version);
+    decoder.feed_bytes(&old.out[..(switch.0 - old.start.0) as usize + 300]);
+    assert_eq!(decoder.poll_decode().unwrap().unwrap().lsn, first);
+    assert_eq!(decoder.poll_decode(), Ok(None));
+    decoder.restart_at(switch);
+    assert_eq!(decoder.fed_lsn(), switch);
+    decoder.feed_bytes(&new.out[(switch.0 - new.start.0) as usize..]);
+    let rec = decoder.poll_decode().unwrap().unwrap();
+    assert_eq!((rec.lsn, rec.main_data.len()), (after, 100 - 24 - 2));
 }

@@ -282,7 +282,8 @@ pub async fn attach_source(
     conf: &WalReceiverConf,
 ) -> Result<WalSource, BootstrapError> {
     let existing = tl.wal_source();
-    let slot = req.slot.ok_or_else(|| refused("source.slot: required (an existing physical slot)"))?;
+    let slot =
+        req.slot.ok_or_else(|| refused("source.slot: required (an existing physical slot)"))?;
     validate_slot_name(&slot).map_err(|e| refused(format!("source.slot: {e}")))?;
     let (mut client, major) = connect_and_check(&req.connstring).await?;
     if major != tl.pg_version {

@@ -63,7 +63,9 @@ impl fmt::Display for Divergence {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HistoryCheck {
     /// Stream from `last_record_lsn` on this TLI.
-    Start { tli: u32 },
+    Start {
+        tli: u32,
+    },
     /// The server is behind this timeline's history (the message says how).
     Behind(String),
     Diverged(Divergence),
@@ -137,10 +139,8 @@ pub async fn fetch(client: &mut ReplicationClient, tli: u32) -> anyhow::Result<T
     if tli <= 1 {
         return Ok(TimelineHistory::root(tli.max(1)));
     }
-    let content = client
-        .timeline_history(tli)
-        .await
-        .with_context(|| format!("TIMELINE_HISTORY {tli}"))?;
+    let content =
+        client.timeline_history(tli).await.with_context(|| format!("TIMELINE_HISTORY {tli}"))?;
     Ok(TimelineHistory::parse(tli, &content)?)
 }
 
@@ -178,9 +178,7 @@ mod tests {
         let root = TimelineHistory::root(1);
         let two = h(2, "1\t0/5000000\tpromoted\n");
         // Followed the old primary past where the standby was promoted.
-        let HistoryCheck::Diverged(d) = check(Some(&root), &two, Lsn(0x5000100)) else {
-            panic!()
-        };
+        let HistoryCheck::Diverged(d) = check(Some(&root), &two, Lsn(0x5000100)) else { panic!() };
         let want = Divergence {
             old_tli: 1,
             switch_lsn: Lsn(0x5000000),
@@ -219,14 +217,10 @@ mod tests {
     fn a_server_behind_is_retried() {
         let root = TimelineHistory::root(1);
         let two = h(2, "1\t0/5000000\tpromoted\n");
-        let HistoryCheck::Behind(msg) = check(Some(&two), &root, Lsn(0x6000000)) else {
-            panic!()
-        };
+        let HistoryCheck::Behind(msg) = check(Some(&two), &root, Lsn(0x6000000)) else { panic!() };
         assert!(msg.contains("still on PostgreSQL timeline 1"), "{msg}");
         let three = h(3, "1\t0/5000000\tx\n2\t0/7000000\ty\n");
-        let HistoryCheck::Behind(msg) = check(Some(&three), &two, Lsn(0x7000100)) else {
-            panic!()
-        };
+        let HistoryCheck::Behind(msg) = check(Some(&three), &two, Lsn(0x7000100)) else { panic!() };
         assert!(msg.contains("server is on PostgreSQL timeline 2, behind timeline 3"), "{msg}");
     }
 }

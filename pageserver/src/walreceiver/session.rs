@@ -1,4 +1,9 @@
-//! One replication session: connect, identify, stream, ingest.
+//! One replication session: connect, identify, compare PostgreSQL
+//! timeline histories (`history.rs`: stream from `last_record_lsn` on the
+//! TLI that holds it, or end with [`SessionEnd::Diverged`]), stream,
+//! ingest; when the server ends the streamed TLI, go on with the next one
+//! on the same connection (`switch.rs`), keeping the decoder and ingest
+//! state.
 //!
 //! The loop waits for whichever comes first: a message from the primary,
 //! the status timer, the idle timer, the timeline's cancellation. WAL bytes
@@ -30,9 +35,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use postgres_ffi::wal::rmgr::xlog::{standby_check, Refusal, StandbyCheck};
+use postgres_ffi::wal::TimelineHistory;
 use postgres_ffi::wal::{DecodedWalRecord, WalStreamDecoder};
 use postgres_ffi::PgMajorVersion;
-use postgres_ffi::wal::TimelineHistory;
 use pq_proto::replication::{
     ReplicationClient, ReplicationMessage, ReplicationStream, StreamEnd, XLogData,
 };
@@ -126,8 +131,7 @@ pub async fn run(
             source.system_id
         );
     }
-    let Some(server) = bounded(conf.timeout, history::fetch(&mut client, id.timeline)).await
-    else {
+    let Some(server) = bounded(conf.timeout, history::fetch(&mut client, id.timeline)).await else {
         return Ok(stalled("TIMELINE_HISTORY", conf));
     };
     let server = server?;
@@ -158,12 +162,14 @@ pub async fn run(
         );
         set_state(tl, "streaming");
         let mut wal = Wal { decoder: &mut decoder, ingest: &mut ingest, checks: &mut checks };
-        let (next_tli, switch_lsn) = match stream_wal(tl, &mut stream, &mut wal, conf, cancel).await? {
-            Streamed::Ended(end) => return Ok(end),
-            Streamed::TimelineEnded { next_tli, switch_lsn } => (next_tli, switch_lsn),
-        };
+        let (next_tli, switch_lsn) =
+            match stream_wal(tl, &mut stream, &mut wal, conf, cancel).await? {
+                Streamed::Ended(end) => return Ok(end),
+                Streamed::TimelineEnded { next_tli, switch_lsn } => (next_tli, switch_lsn),
+            };
         drop(stream);
-        let switched = switch::next_timeline(tl, &mut client, &mut decoder, tli, next_tli, switch_lsn);
+        let switched =
+            switch::next_timeline(tl, &mut client, &mut decoder, tli, next_tli, switch_lsn);
         let Some(switched) = bounded(conf.timeout, switched).await else {
             return Ok(stalled("TIMELINE_HISTORY", conf));
         };
@@ -220,7 +226,10 @@ struct Wal<'s> {
 enum Streamed {
     Ended(SessionEnd),
     /// The server's CopyDone and next-timeline row: go on there.
-    TimelineEnded { next_tli: u32, switch_lsn: Lsn },
+    TimelineEnded {
+        next_tli: u32,
+        switch_lsn: Lsn,
+    },
 }
 
 /// Stream and ingest until the stream ends (module comment).

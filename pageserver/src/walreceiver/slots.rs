@@ -46,8 +46,12 @@ pub enum Cause {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 4] =
-        [Cause::TimelineDelete, Cause::TenantDelete, Cause::BootstrapFailure, Cause::SourceReplaced];
+    pub const ALL: [Cause; 4] = [
+        Cause::TimelineDelete,
+        Cause::TenantDelete,
+        Cause::BootstrapFailure,
+        Cause::SourceReplaced,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {

@@ -135,6 +135,20 @@ impl WalStreamDecoder {
         self.system_id
     }
 
+    /// Drop what was fed past `lsn`, the end of the last record returned
+    /// (the caller knows it), and decode from there: the bytes after it were the
+    /// start of a record the server never completed (it switched timeline
+    /// at `lsn`). The checks on the next record's `xl_prev` and the
+    /// timeline and system id seen stay.
+    pub fn restart_at(&mut self, lsn: Lsn) {
+        assert!(lsn <= self.fed_lsn(), "restart at {lsn}, fed up to {}", self.fed_lsn());
+        self.pending.clear();
+        self.spanning = None;
+        self.pos = lsn;
+        self.next_record = lsn;
+        self.failed = None;
+    }
+
     /// Append WAL that continues exactly where the previous bytes ended.
     pub fn feed_bytes(&mut self, bytes: &[u8]) {
         self.pending.extend_from_slice(bytes);

@@ -132,7 +132,8 @@ impl TimelineHistory {
     /// `other` itself, with the end recorded here) appears here with the
     /// same switch.
     pub fn extends(&self, other: &TimelineHistory) -> bool {
-        let same_prefix = other.switches.iter().all(|s| self.end_of(s.tli) == Ok(Some(s.switch_lsn)));
+        let same_prefix =
+            other.switches.iter().all(|s| self.end_of(s.tli) == Ok(Some(s.switch_lsn)));
         same_prefix && self.end_of(other.tli).is_ok()
     }
 }

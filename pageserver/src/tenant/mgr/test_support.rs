@@ -74,7 +74,10 @@ pub fn manifest() -> TimelineMetadata {
 pub fn wal_source() -> WalSource {
     let connstring = "postgres://u:secret@127.0.0.1:1/postgres".to_string();
     let slot = "pageserver_test".to_string();
-    WalSource { consistent_lsn: Lsn(0x20), ..WalSource::new(connstring, slot, 7, SlotOrigin::Created) }
+    WalSource {
+        consistent_lsn: Lsn(0x20),
+        ..WalSource::new(connstring, slot, 7, SlotOrigin::Created)
+    }
 }
 
 /// Claim `g` for `tenant` and upload an index of [`manifest`] for

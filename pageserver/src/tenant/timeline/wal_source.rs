@@ -131,8 +131,10 @@ impl WalSource {
             return Ok(None);
         }
         let bytes = engine.read_file(&path, MAX_WAL_SOURCE_BYTES).await?;
-        let invalid = |e: String| anyhow::anyhow!("{} is not a valid WAL source: {e}", path.display());
-        let source: WalSource = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+        let invalid =
+            |e: String| anyhow::anyhow!("{} is not a valid WAL source: {e}", path.display());
+        let source: WalSource =
+            serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
         if source.version > WAL_SOURCE_VERSION {
             return Err(invalid(format!(
                 "version {} (this pageserver reads up to {WAL_SOURCE_VERSION})",
@@ -271,8 +273,10 @@ mod tests {
         // A newer version, and a history that breaks its invariants.
         for (bad, needle) in [
             (r#""version": 3"#, "version 3 (this pageserver reads up to 2)"),
-            (r#""version": 2, "pg_tli": 1, "pg_tli_history": [{"tli": 1, "switch_lsn": "0/1"}]"#,
-             "ancestor timeline 1 is not below 1"),
+            (
+                r#""version": 2, "pg_tli": 1, "pg_tli_history": [{"tli": 1, "switch_lsn": "0/1"}]"#,
+                "ancestor timeline 1 is not below 1",
+            ),
         ] {
             let json = format!(
                 r#"{{{bad}, "connstring": "c", "slot": "s", "system_id": 7, "consistent_lsn": "0/1"}}"#
