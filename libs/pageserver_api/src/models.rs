@@ -164,6 +164,32 @@ pub struct WalSourceRequest {
     /// `pageserver_<timeline_id>`), must exist for `PUT .../source`.
     #[serde(default)]
     pub slot: Option<String>,
+    /// What to do when the server's history forked below what was
+    /// ingested (default `stop`).
+    #[serde(default)]
+    pub on_divergence: Option<OnDivergence>,
+}
+
+/// What a following timeline does when the server it follows has a
+/// PostgreSQL timeline history that forked below the timeline's
+/// `last_record_lsn` (a failover lost WAL this timeline ingested).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDivergence {
+    /// Stop ingest (state `diverged`); what was ingested stays readable.
+    #[default]
+    Stop,
+    /// Create a branch at the switch LSN that follows the new history
+    /// (needs branches: until then, stops as `stop` does and says so).
+    Branch,
+}
+
+/// One ancestor of a PostgreSQL timeline: `tli` ended at `switch_lsn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PgTliSwitch {
+    pub tli: u32,
+    pub switch_lsn: Lsn,
 }
 
 /// The primary a timeline follows, as the timeline detail shows it.
@@ -178,8 +204,19 @@ pub struct WalSourceInfo {
     /// `connecting`, `streaming`, `waiting to reconnect`, `stalled` (the
     /// primary sent nothing for `wal_receiver_timeout`: reconnecting, until
     /// a session streams again), `flush failing` (ingested WAL cannot be
-    /// written to disk; `last_error` says why) or `stopped`.
+    /// written to disk; `last_error` says why), `stopped`, or `diverged`
+    /// (the server's history forked below `last_record_lsn`: ingest
+    /// stopped; `last_error` names both LSNs and both timelines).
     pub state: String,
+    /// The PostgreSQL timeline (TLI) of the WAL being ingested; `None`
+    /// until the first session of a source recorded before TLIs were.
+    #[serde(default)]
+    pub pg_tli: Option<u32>,
+    /// Its ancestors, oldest first.
+    #[serde(default)]
+    pub pg_tli_history: Vec<PgTliSwitch>,
+    #[serde(default)]
+    pub on_divergence: OnDivergence,
     /// WAL received up to here (ingested: `last_record_lsn`; durable and
     /// acknowledged to the primary: `disk_consistent_lsn`).
     pub received_lsn: Lsn,

@@ -321,3 +321,85 @@ fn an_overwritten_partial_record_is_dropped() {
     let err = decode_all(w.start, version, &w.out).unwrap_err();
     assert_eq!(err.lsn, abandoned);
 }
+
+/// With a timeline history, each page's `xlp_tli` must be the timeline
+/// that wrote the page's LSN: the page holding the switch keeps the old
+/// TLI (the new timeline continues a page the old one began), the pages
+/// after it carry the new one. A page with another TLI is an error naming
+/// both timelines and the page.
+#[test]
+fn page_timelines_follow_the_history() {
+    use postgres_ffi::wal::{TimelineHistory, TliSwitch};
+    let version = PgMajorVersion::V17;
+    let mut w = WalWriter::new(Lsn(WAL_SEGMENT_SIZE), version);
+    w.record_of_len(5000, 1);
+    let switch = w.record_of_len(64, 2); // on the first page: TLI 2 begins here
+    for fill in 3..11 {
+        w.record_of_len(3000, fill);
+    }
+    assert!(w.lsn().0 > w.start.0 + 3 * PAGE);
+    let mut wal = w.out.clone();
+    let mut page = w.start.0 + PAGE;
+    while page < w.lsn().0 {
+        let at = (page - w.start.0) as usize + 4;
+        wal[at..at + 4].copy_from_slice(&2u32.to_le_bytes());
+        page += PAGE;
+    }
+    let history =
+        |switch_lsn| TimelineHistory::new(2, vec![TliSwitch { tli: 1, switch_lsn }]).unwrap();
+    let decode = |h: TimelineHistory| {
+        let mut decoder = WalStreamDecoder::new(w.start, version);
+        decoder.set_timeline_history(h);
+        decoder.feed_bytes(&wal);
+        let mut n = 0;
+        while decoder.poll_decode()?.is_some() {
+            n += 1;
+        }
+        Ok::<_, postgres_ffi::wal::WalDecodeError>(n)
+    };
+    assert_eq!(decode(history(switch)), Ok(10));
+    // The switch a page later: the second page should still be timeline 1.
+    let e = decode(history(Lsn(w.start.0 + 2 * PAGE))).unwrap_err();
+    let second = Lsn(w.start.0 + PAGE);
+    assert!(
+        e.msg.contains(&format!(
+            "page header at {second}: xlp_tli is timeline 2, but the history of timeline 2 \
+             says timeline 1 wrote {second}"
+        )),
+        "{e}"
+    );
+    // Without a history only going back is refused.
+    let mut back = wal.clone();
+    let at = (2 * PAGE) as usize + 4;
+    back[at..at + 4].copy_from_slice(&1u32.to_le_bytes());
+    let e = decode_all(w.start, version, &back).unwrap_err();
+    assert!(e.msg.contains("timeline 1 after timeline 2"), "{e}");
+}
+
+/// A cascading walsender may send the start of a record its standby never
+/// completed before promotion; the new timeline continues at the end of
+/// the last complete record. `restart_at` drops the partial bytes and
+/// decodes the new timeline's record there.
+#[test]
+fn restart_at_drops_a_record_never_completed() {
+    let version = PgMajorVersion::V15;
+    let mut old = WalWriter::new(Lsn(WAL_SEGMENT_SIZE), version);
+    let first = old.record_of_len(64, 1);
+    let switch = old.lsn();
+    old.record_of_len(6000, 2); // only its start is sent
+    let mut new = WalWriter::new(Lsn(WAL_SEGMENT_SIZE), version);
+    new.record_of_len(64, 1);
+    new.prev = first;
+    let after = new.record_of_len(100, 3);
+    assert_eq!(after, switch);
+
+    let mut decoder = WalStreamDecoder::new(old.start, version);
+    decoder.feed_bytes(&old.out[..(switch.0 - old.start.0) as usize + 300]);
+    assert_eq!(decoder.poll_decode().unwrap().unwrap().lsn, first);
+    assert_eq!(decoder.poll_decode(), Ok(None));
+    decoder.restart_at(switch);
+    assert_eq!(decoder.fed_lsn(), switch);
+    decoder.feed_bytes(&new.out[(switch.0 - new.start.0) as usize..]);
+    let rec = decoder.poll_decode().unwrap().unwrap();
+    assert_eq!((rec.lsn, rec.main_data.len()), (after, 100 - 24 - 2));
+}

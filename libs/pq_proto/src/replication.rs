@@ -274,6 +274,16 @@ impl ReplicationClient {
         BaseBackup::start(&mut self.client, opts).await
     }
 
+    /// `TIMELINE_HISTORY tli`: the content of the server's history file of
+    /// timeline `tli` (`parent <TAB> switch LSN <TAB> reason` lines).
+    /// Timeline 1 has none: the server answers an error.
+    pub async fn timeline_history(&mut self, tli: u32) -> Result<String, ClientError> {
+        let cmd = format!("TIMELINE_HISTORY {tli}");
+        let res = self.client.simple_query(&cmd).await?;
+        let row = single_row(&res, &cmd, 2)?;
+        Ok(field(row, 1, "content")?.to_string())
+    }
+
     /// `START_REPLICATION [SLOT slot] PHYSICAL start_lsn TIMELINE timeline`:
     /// returns once the server has entered CopyBoth.
     pub async fn start_replication(

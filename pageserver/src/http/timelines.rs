@@ -76,6 +76,9 @@ fn wal_source_info(tl: &Timeline, s: &WalSource) -> WalSourceInfo {
         system_id: s.system_id,
         consistent_lsn: s.consistent_lsn,
         state: state.to_string(),
+        pg_tli: s.pg_tli,
+        pg_tli_history: s.pg_tli_history.clone(),
+        on_divergence: s.on_divergence,
         received_lsn: status.received_lsn,
         primary_lsn: status.primary_lsn,
         lag_bytes,
@@ -159,6 +162,7 @@ pub async fn create(
             id,
             source.connstring,
             source.slot,
+            source.on_divergence.unwrap_or_default(),
             state.walreceiver.clone(),
         )
         .await?;
@@ -231,16 +235,17 @@ pub async fn delete(
     Ok(Json(release.to_json()))
 }
 
-/// `PUT .../source` `{"connstring", "slot"}`: an imported timeline starts
-/// following the primary it was backed up from, on an existing slot, from
-/// its `last_record_lsn`.
+/// `PUT .../source` `{"connstring", "slot", "on_divergence"}`: a timeline
+/// starts following a server of the cluster it holds (the primary it was
+/// backed up from, or after a failover the new primary), on an existing
+/// slot, from its `last_record_lsn`; a source it had is replaced.
 pub async fn set_source(
     State(state): State<HttpState>,
     TimelinePath(tenant_id, timeline_id): TimelinePath,
     JsonBody(req): JsonBody<WalSourceRequest>,
 ) -> Result<Json<TimelineInfo>, ApiError> {
     let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
-    let source = bootstrap::attach_source(&state.tenants, &tl, req.connstring, req.slot).await?;
+    let source = bootstrap::attach_source(&state.tenants, &tl, req, &state.walreceiver).await?;
     crate::walreceiver::start(&tl, source, state.walreceiver.clone());
     Ok(Json(timeline_info(&tl)))
 }

@@ -14,8 +14,10 @@
 //! | `pageserver_wal_receiver_refusals_total` | counter | `reason` | sessions that stopped at WAL a standby must refuse (`wal_level_minimal`) |
 //! | `pageserver_wal_ingest_full_page_writes_off_total` | counter | | times a followed primary was seen turning `full_page_writes` off |
 //! | `pageserver_wal_receiver_stopped` | gauge | `tenant_id`, `timeline_id` | 1 while the receiver of a followed timeline has stopped (refused WAL: the reason is in the timeline detail) |
+//! | `pageserver_wal_source_pg_tli` | gauge | `tenant_id`, `timeline_id` | the PostgreSQL timeline (TLI) of the WAL a followed timeline ingests (0 until known) |
+//! | `pageserver_wal_source_diverged` | gauge | `tenant_id`, `timeline_id` | 1 while ingest of a followed timeline is stopped because the server's timeline history forked below its `last_record_lsn` (the detail's `last_error` names both LSNs and TLIs) |
 //! | `pageserver_wal_receiver_positions` | gauge | `tenant_id`, `timeline_id`, `position` | the last reported `write`, `flush` and `apply` LSNs (as numbers) |
-//! | `pageserver_replication_slots_left_total` | counter | `cause` | replication slots left on a primary because they could not be dropped (or the deleted timeline's source could not be read), by `timeline_delete`, `tenant_delete`, `bootstrap_failure`; the WARN log line names each slot, its server and the SQL that drops it |
+//! | `pageserver_replication_slots_left_total` | counter | `cause` | replication slots left on a primary because they could not be dropped (or the deleted timeline's source could not be read), by `timeline_delete`, `tenant_delete`, `bootstrap_failure`, `source_replaced`; the WARN log line names each slot, its server and the SQL that drops it |
 
 use std::sync::LazyLock;
 
@@ -41,6 +43,8 @@ pub struct WalReceiverMetrics {
     pub full_page_writes_off: IntCounter,
     pub slots_left: IntCounterVec,
     stopped: IntGaugeVec,
+    diverged: IntGaugeVec,
+    pg_tli: IntGaugeVec,
     lag_bytes: IntGaugeVec,
     lag_seconds: GaugeVec,
     positions: IntGaugeVec,
@@ -56,6 +60,10 @@ pub struct FollowerSample {
     pub reported: [Lsn; 3],
     /// The receiver has stopped (refused WAL) though the timeline has a source.
     pub stopped: bool,
+    /// Ingest stopped: the server's history forked below `last_record_lsn`.
+    pub diverged: bool,
+    /// The PostgreSQL timeline recorded for the source, if known.
+    pub pg_tli: Option<u32>,
 }
 
 impl WalReceiverMetrics {
@@ -70,9 +78,13 @@ impl WalReceiverMetrics {
         self.lag_seconds.reset();
         self.positions.reset();
         self.stopped.reset();
+        self.diverged.reset();
+        self.pg_tli.reset();
         for s in samples {
             let ids = [s.tenant_id.as_str(), s.timeline_id.as_str()];
             self.stopped.with_label_values(&ids).set(s.stopped as i64);
+            self.diverged.with_label_values(&ids).set(s.diverged as i64);
+            self.pg_tli.with_label_values(&ids).set(i64::from(s.pg_tli.unwrap_or(0)));
             self.lag_bytes.with_label_values(&ids).set(s.lag_bytes as i64);
             self.lag_seconds.with_label_values(&ids).set(s.lag_seconds);
             for (pos, lsn) in ["write", "flush", "apply"].iter().zip(s.reported) {
@@ -87,7 +99,8 @@ const TIMELINE_LABELS: &[&str] = &["tenant_id", "timeline_id"];
 /// Every `Refusal::label`.
 const REFUSAL_REASONS: [&str; 1] = ["wal_level_minimal"];
 /// Every `walreceiver::slots::Cause::label`.
-const SLOT_LEFT_CAUSES: [&str; 3] = ["timeline_delete", "tenant_delete", "bootstrap_failure"];
+const SLOT_LEFT_CAUSES: [&str; 4] =
+    ["timeline_delete", "tenant_delete", "bootstrap_failure", "source_replaced"];
 
 pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
     let records = register_int_counter_vec!(
@@ -151,6 +164,19 @@ pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
         stopped: register_int_gauge_vec!(
             "pageserver_wal_receiver_stopped",
             "1 while the receiver of a followed timeline has stopped (refused WAL)",
+            TIMELINE_LABELS
+        )
+        .expect("register metric"),
+        diverged: register_int_gauge_vec!(
+            "pageserver_wal_source_diverged",
+            "1 while ingest is stopped because the server's timeline history forked below \
+             last_record_lsn",
+            TIMELINE_LABELS
+        )
+        .expect("register metric"),
+        pg_tli: register_int_gauge_vec!(
+            "pageserver_wal_source_pg_tli",
+            "The PostgreSQL timeline (TLI) of the WAL a followed timeline ingests (0 until known)",
             TIMELINE_LABELS
         )
         .expect("register metric"),

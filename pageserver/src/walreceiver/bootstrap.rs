@@ -34,6 +34,9 @@ use crate::import::manifest::{BackupChecks, FileDigests};
 use crate::import::{import_basebackup_unfinished, ImportError};
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::timeline::wal_source::{SlotOrigin, WalSource};
+use pageserver_api::models::{OnDivergence, WalSourceRequest};
+
+use super::history::HistoryCheck;
 use crate::tenant::{Tenant, Timeline};
 
 /// Resource managers that modify relation pages, by their names in
@@ -150,6 +153,7 @@ pub async fn create_following_timeline(
     timeline_id: TimelineId,
     connstring: String,
     slot: Option<String>,
+    on_divergence: OnDivergence,
     conf: Arc<WalReceiverConf>,
 ) -> Result<Arc<Timeline>, BootstrapError> {
     let slot = slot_name(slot.as_deref(), timeline_id)?;
@@ -171,13 +175,9 @@ pub async fn create_following_timeline(
         ))
     })?;
     info!("created slot {slot} (PostgreSQL {major}); taking a base backup");
-    let source = WalSource {
-        connstring,
-        slot,
-        system_id: id.systemid,
-        consistent_lsn: Lsn(0), // set from the backup's end
-        slot_origin: SlotOrigin::Created,
-    };
+    // `consistent_lsn` and the PostgreSQL timeline: set from the backup's end.
+    let mut source = WalSource::new(connstring, slot, id.systemid, SlotOrigin::Created);
+    source.on_divergence = on_divergence;
     let result = backup_and_import(&mut client, &tenant, timeline_id, source.clone()).await;
     match result {
         Ok((tl, source)) => {
@@ -253,6 +253,8 @@ async fn backup_and_import(
         verified.files, verified.bytes, verified.manifest_version, verified.pages_checked
     );
     source.consistent_lsn = Lsn(end.end_lsn);
+    let tli_history = super::history::fetch(client, end.timeline).await?;
+    source.set_history(&tli_history);
     let engine = &tenant.conf().io_engine;
     source.persist(engine, uninit.timeline().dir()).await?;
     // `finish` loads the timeline from its final directory, source included.
@@ -265,28 +267,25 @@ async fn backup_and_import(
     Ok((tl, source))
 }
 
-/// `PUT .../source`: check the primary (settings, same cluster as the
-/// timeline's control file) and the slot (exists, no other timeline of
-/// this pageserver uses it, still holds the WAL from the timeline's
-/// `last_record_lsn`), then persist the source as adopted.
+/// `PUT .../source`: check the server (settings, same cluster as the
+/// timeline's control file), its PostgreSQL timeline history against the
+/// timeline's (`history::check`), and the slot (exists, no other timeline
+/// of this pageserver uses it, still holds the WAL from the timeline's
+/// `last_record_lsn`; not checked when the histories diverged: ingest
+/// stops there anyway), then stop the running receiver, if any, and
+/// persist the source as adopted. A replaced source's slot, on another
+/// server or with another name, is dropped ([`release_replaced`]).
 pub async fn attach_source(
     tenants: &TenantManager,
     tl: &Arc<Timeline>,
-    connstring: String,
-    slot: Option<String>,
+    req: WalSourceRequest,
+    conf: &WalReceiverConf,
 ) -> Result<WalSource, BootstrapError> {
-    if let Some(existing) = tl.wal_source() {
-        return Err(BootstrapError::Slot(format!(
-            "timeline {}/{} already follows {} on slot {}",
-            tl.tenant_id,
-            tl.timeline_id,
-            existing.redacted_connstring(),
-            existing.slot
-        )));
-    }
-    let slot = slot.ok_or_else(|| refused("source.slot: required (an existing physical slot)"))?;
+    let existing = tl.wal_source();
+    let slot =
+        req.slot.ok_or_else(|| refused("source.slot: required (an existing physical slot)"))?;
     validate_slot_name(&slot).map_err(|e| refused(format!("source.slot: {e}")))?;
-    let (mut client, major) = connect_and_check(&connstring).await?;
+    let (mut client, major) = connect_and_check(&req.connstring).await?;
     if major != tl.pg_version {
         return Err(refused(format!(
             "the primary runs PostgreSQL {major}, the timeline holds PostgreSQL {}",
@@ -302,33 +301,79 @@ pub async fn attach_source(
             id.systemid, control.system_identifier
         )));
     }
+    let server = super::history::fetch(&mut client, id.timeline).await?;
+    let own = existing.as_ref().map(|s| s.history()).transpose()?.flatten();
+    let diverged =
+        matches!(super::history::check(own.as_ref(), &server, lsn), HistoryCheck::Diverged(_));
     let _adoption = slots::ADOPTION.lock().await;
     slots::check_unused(tenants, id.systemid, &slot, (tl.tenant_id, tl.timeline_id))
         .await
         .map_err(BootstrapError::Slot)?;
-    let info = client.read_slot(&slot).await.context("READ_REPLICATION_SLOT")?;
+    check_slot(&mut client, &slot, lsn, diverged).await?;
+    let mut source = WalSource::new(req.connstring, slot, id.systemid, SlotOrigin::Adopted);
+    source.consistent_lsn = tl.min_readable_lsn();
+    if let Some(old) = &existing {
+        source.pg_tli = old.pg_tli;
+        source.pg_tli_history = old.pg_tli_history.clone();
+        source.on_divergence = old.on_divergence;
+        super::stop(tl).await;
+    }
+    if let Some(on_divergence) = req.on_divergence {
+        source.on_divergence = on_divergence;
+    }
+    tl.set_wal_source(Some(source.clone())).await?;
+    if let Some(old) = existing {
+        if (&old.connstring, &old.slot) != (&source.connstring, &source.slot) {
+            release_replaced(&old, conf).await;
+        }
+    }
+    Ok(source)
+}
+
+/// The slot exists, and (unless `diverged`) still holds WAL from `lsn`.
+async fn check_slot(
+    client: &mut ReplicationClient,
+    slot: &str,
+    lsn: Lsn,
+    diverged: bool,
+) -> Result<(), BootstrapError> {
+    let info = client.read_slot(slot).await.context("READ_REPLICATION_SLOT")?;
     let Some(info) = info else {
         return Err(BootstrapError::Slot(format!("replication slot {slot} does not exist")));
     };
     match info.restart_lsn {
-        Some(restart) if Lsn(restart) <= lsn => {}
-        other => {
-            return Err(BootstrapError::Slot(format!(
-                "replication slot {slot} no longer holds WAL from {lsn} (restart_lsn {}): the \
-                 timeline cannot catch up from it",
-                other.map(|l| Lsn(l).to_string()).unwrap_or_else(|| "none".to_string())
-            )))
+        _ if diverged => Ok(()),
+        Some(restart) if Lsn(restart) <= lsn => Ok(()),
+        other => Err(BootstrapError::Slot(format!(
+            "replication slot {slot} no longer holds WAL from {lsn} (restart_lsn {}): the \
+             timeline cannot catch up from it",
+            other.map(|l| Lsn(l).to_string()).unwrap_or_else(|| "none".to_string())
+        ))),
+    }
+}
+
+/// Drop the slot of a source that `PUT .../source` replaced (bounded by
+/// `wal_receiver_timeout`: after a failover its server may be gone); one
+/// that cannot be dropped is named with the SQL that drops it (WARN) and
+/// counted.
+async fn release_replaced(old: &WalSource, conf: &WalReceiverConf) {
+    let dropped = slots::drop_slot(&old.connstring, &old.slot);
+    let result = match conf.timeout {
+        Some(t) => tokio::time::timeout(t, dropped)
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {} ms", t.as_millis()))),
+        None => dropped.await,
+    };
+    match result {
+        Ok(()) => info!(
+            "dropped replication slot {} on {}, which the new source replaces",
+            old.slot,
+            old.redacted_connstring()
+        ),
+        Err(e) => {
+            slots::left(old, &e, Cause::SourceReplaced);
         }
     }
-    let source = WalSource {
-        connstring,
-        slot,
-        system_id: id.systemid,
-        consistent_lsn: tl.min_readable_lsn(),
-        slot_origin: SlotOrigin::Adopted,
-    };
-    tl.set_wal_source(Some(source.clone())).await?;
-    Ok(source)
 }
 
 #[cfg(test)]
@@ -345,13 +390,12 @@ mod tests {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             listener.local_addr().unwrap().port()
         }; // closed again: connections are refused
-        let source = WalSource {
-            connstring: format!("postgres://u:secret@127.0.0.1:{port}/postgres"),
-            slot: "pageserver_gone".to_string(),
-            system_id: 7,
-            consistent_lsn: Lsn(0),
-            slot_origin: SlotOrigin::Created,
-        };
+        let source = WalSource::new(
+            format!("postgres://u:secret@127.0.0.1:{port}/postgres"),
+            "pageserver_gone".to_string(),
+            7,
+            SlotOrigin::Created,
+        );
         let counter = METRICS.slots_left.with_label_values(&[Cause::BootstrapFailure.label()]);
         let before = counter.get();
         let cause = BootstrapError::Other(anyhow::anyhow!("the import failed"));

@@ -32,6 +32,21 @@
 //! source again (`PUT .../source`) or at the next start-up, and refuses
 //! again while that WAL is what follows.
 //!
+//! PostgreSQL timelines (TLIs): each session compares the server's
+//! timeline history with the one the ingested WAL belongs to
+//! (`history.rs`) and streams from `last_record_lsn` on the TLI that holds
+//! it; when a TLI ends mid-stream (a promotion), the session goes on with
+//! the next one on the same connection (`switch.rs`). A server whose
+//! history forked below `last_record_lsn` ends the session with
+//! [`SessionEnd::Diverged`]: like a refusal, not retried. The state is
+//! `diverged`, `last_error` names both LSNs and both TLIs, one ERROR line
+//! is logged, `pageserver_wal_source_diverged` is 1; what was ingested
+//! stays readable. With `on_divergence = branch` the daemon would go on in
+//! a branch at the fork ([`branch_at_divergence`]).
+//!
+//! Stopping: each receiver has its own token (a child of the timeline's),
+//! so `PUT .../source` can stop it ([`stop`]) and start another.
+//!
 //! Durability contract with the primary: the flush position reported is
 //! `disk_consistent_lsn` (with remote storage: no more than
 //! `remote_consistent_lsn`), so the slot never releases WAL that is not in
@@ -39,9 +54,11 @@
 //! from there.
 
 pub mod bootstrap;
+pub mod history;
 mod session;
 pub mod slots;
 mod status;
+mod switch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,8 +68,10 @@ use tracing::{error, info, warn, Instrument};
 
 use crate::metrics::walreceiver::{FollowerSample, METRICS};
 use crate::tenant::mgr::TenantManager;
-use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::timeline::wal_source::{ReceiverTask, WalSource};
 use crate::tenant::Timeline;
+use history::Divergence;
+use pageserver_api::models::OnDivergence;
 
 pub use session::SessionEnd;
 
@@ -89,15 +108,35 @@ impl Default for WalReceiverConf {
 }
 
 /// Start the receiver of `tl` for `source`. It runs until the timeline's
-/// `cancel` fires.
+/// `cancel` fires or [`stop`] stops it; one that runs already is stopped
+/// first (without waiting: use [`stop`] to wait).
 pub fn start(tl: &Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
     let span = tracing::info_span!(
         "walreceiver",
         tenant_id = %tl.tenant_id,
         timeline_id = %tl.timeline_id
     );
+    let task = ReceiverTask { cancel: tl.cancel.child_token(), done: CancellationToken::new() };
+    if let Some(old) = tl.receiver_task.lock().unwrap().replace(task.clone()) {
+        old.cancel.cancel();
+    }
     let tl2 = Arc::clone(tl);
-    tl.spawn_background(run(tl2, source, conf).instrument(span));
+    tl.spawn_background(
+        async move {
+            let _done = task.done.drop_guard();
+            run(tl2, source, conf, task.cancel).await
+        }
+        .instrument(span),
+    );
+}
+
+/// Stop the receiver of `tl`, if one runs, and wait until it has ended.
+pub async fn stop(tl: &Timeline) {
+    let task = tl.receiver_task.lock().unwrap().take();
+    if let Some(task) = task {
+        task.cancel.cancel();
+        task.done.cancelled().await;
+    }
 }
 
 /// Start the receiver of every loaded timeline that follows a primary.
@@ -130,23 +169,29 @@ pub fn refresh_metrics(tenants: &TenantManager) {
                 lag_seconds: lag_ms as f64 / 1000.0,
                 reported: status.reported,
                 stopped: status.state == "stopped",
+                diverged: status.state == "diverged",
+                pg_tli: tl.wal_source().and_then(|s| s.pg_tli),
             });
         }
     }
     METRICS.refresh(&samples);
 }
 
-async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
+async fn run(
+    tl: Arc<Timeline>,
+    source: WalSource,
+    conf: Arc<WalReceiverConf>,
+    cancel: CancellationToken,
+) {
     info!(
         "following {} on slot {} from {}",
         source.redacted_connstring(),
         source.slot,
         tl.get_last_record_lsn()
     );
-    let cancel: CancellationToken = tl.cancel.clone();
     let mut backoff = conf.min_backoff;
     loop {
-        let ended = session::run(&tl, &source, &conf).await;
+        let ended = session::run(&tl, &source, &conf, &cancel).await;
         if cancel.is_cancelled() {
             break;
         }
@@ -160,6 +205,10 @@ async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
                 status.state = "stopped";
                 drop(status);
                 info!("WAL receiver stopped at {}", tl.get_last_record_lsn());
+                return;
+            }
+            Ok(SessionEnd::Diverged(d)) => {
+                diverged(&tl, &source, &d);
                 return;
             }
             Ok(SessionEnd::Stalled(what)) => {
@@ -189,4 +238,28 @@ async fn run(tl: Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
     }
     session::set_state(&tl, "stopped");
     info!("WAL receiver stopped at {}", tl.get_last_record_lsn());
+}
+
+/// Ingest stops for good: one ERROR line, the state and reason for the
+/// timeline detail (`on_divergence = branch` says why it did not branch).
+fn diverged(tl: &Timeline, source: &WalSource, d: &Divergence) {
+    let mut why = d.to_string();
+    if source.on_divergence == OnDivergence::Branch {
+        if let Err(e) = branch_at_divergence(tl, d) {
+            why = format!("{why}; {e:#}");
+        }
+    }
+    error!("{why}");
+    let mut status = tl.receiver_status.lock().unwrap();
+    status.last_error = Some(why);
+    status.state = "diverged";
+}
+
+/// `on_divergence = branch`: a new timeline at `d.switch_lsn` that follows
+/// the server's history from there. It needs branches (timelines whose
+/// pages at or below an LSN are their ancestor's), which this build does
+/// not have yet: until it does, the error says so and ingest stops as with
+/// `on_divergence = stop`.
+fn branch_at_divergence(_tl: &Timeline, _d: &Divergence) -> anyhow::Result<()> {
+    anyhow::bail!("on_divergence = branch needs branches")
 }

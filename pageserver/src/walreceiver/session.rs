@@ -1,4 +1,9 @@
-//! One replication session: connect, identify, stream, ingest.
+//! One replication session: connect, identify, compare PostgreSQL
+//! timeline histories (`history.rs`: stream from `last_record_lsn` on the
+//! TLI that holds it, or end with [`SessionEnd::Diverged`]), stream,
+//! ingest; when the server ends the streamed TLI, go on with the next one
+//! on the same connection (`switch.rs`), keeping the decoder and ingest
+//! state.
 //!
 //! The loop waits for whichever comes first: a message from the primary,
 //! the status timer, the idle timer, the timeline's cancellation. WAL bytes
@@ -30,13 +35,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use postgres_ffi::wal::rmgr::xlog::{standby_check, Refusal, StandbyCheck};
+use postgres_ffi::wal::TimelineHistory;
 use postgres_ffi::wal::{DecodedWalRecord, WalStreamDecoder};
 use postgres_ffi::PgMajorVersion;
-use pq_proto::replication::{ReplicationClient, ReplicationMessage, XLogData};
+use pq_proto::replication::{
+    ReplicationClient, ReplicationMessage, ReplicationStream, StreamEnd, XLogData,
+};
 use tokio::time::{sleep_until, Instant as TokioInstant};
+use tokio_util::sync::CancellationToken;
 use utils::lsn::Lsn;
 
+use super::history::{self, Divergence, HistoryCheck};
 use super::status::StatusReporter;
+use super::switch;
 use super::WalReceiverConf;
 use crate::metrics::walreceiver::METRICS;
 use crate::pgdatadir_mapping::DatadirModification;
@@ -56,6 +67,8 @@ pub enum SessionEnd {
     /// The primary was silent for `wal_receiver_timeout`: what was waited
     /// for, and how long.
     Stalled(String),
+    /// The server's history forked below `last_record_lsn`: ingest stops.
+    Diverged(Divergence),
 }
 
 /// A record ingest must not go past, and where it is.
@@ -86,6 +99,7 @@ impl fmt::Display for SessionEnd {
             SessionEnd::Primary(why) => write!(f, "the primary ended the stream ({why})"),
             SessionEnd::Refused(r) => r.fmt(f),
             SessionEnd::Stalled(what) => f.write_str(what),
+            SessionEnd::Diverged(d) => d.fmt(f),
         }
     }
 }
@@ -94,8 +108,8 @@ pub async fn run(
     tl: &Timeline,
     source: &WalSource,
     conf: &WalReceiverConf,
+    cancel: &CancellationToken,
 ) -> anyhow::Result<SessionEnd> {
-    let cancel = tl.cancel.clone();
     set_state_unless_stalled(tl, "connecting");
     let connect = ReplicationClient::connect(&source.connstring);
     let mut client = tokio::select! {
@@ -117,20 +131,115 @@ pub async fn run(
             source.system_id
         );
     }
+    let Some(server) = bounded(conf.timeout, history::fetch(&mut client, id.timeline)).await else {
+        return Ok(stalled("TIMELINE_HISTORY", conf));
+    };
+    let server = server?;
     let start = tl.get_last_record_lsn();
+    let mut tli = match check_against(tl, &server, start).await? {
+        Ok(tli) => tli,
+        Err(end) => return Ok(end),
+    };
     let version = PgMajorVersion::new(tl.pg_version)?;
     let mut decoder = WalStreamDecoder::new(start, version);
     decoder.set_system_id(source.system_id);
+    decoder.set_timeline_history(server);
     let mut ingest = WalIngest::new(tl, start).await?;
     let mut checks = StandbyChecks { version, full_page_writes_off: false };
-    let started = client.start_replication(Some(&source.slot), start.0, id.timeline);
-    let Some(stream) = bounded(conf.timeout, started).await else {
-        return Ok(stalled("START_REPLICATION", conf));
+    loop {
+        let from = decoder.fed_lsn();
+        let started = client.start_replication(Some(&source.slot), from.0, tli);
+        let Some(stream) = bounded(conf.timeout, started).await else {
+            return Ok(stalled("START_REPLICATION", conf));
+        };
+        let mut stream = stream.with_context(|| {
+            format!("START_REPLICATION SLOT {} at {from} TIMELINE {tli}", source.slot)
+        })?;
+        tracing::info!(
+            "streaming PostgreSQL timeline {tli} from {from} (server on timeline {} at {})",
+            id.timeline,
+            Lsn(id.xlogpos)
+        );
+        set_state(tl, "streaming");
+        let mut wal = Wal { decoder: &mut decoder, ingest: &mut ingest, checks: &mut checks };
+        let (next_tli, switch_lsn) =
+            match stream_wal(tl, &mut stream, &mut wal, conf, cancel).await? {
+                Streamed::Ended(end) => return Ok(end),
+                Streamed::TimelineEnded { next_tli, switch_lsn } => (next_tli, switch_lsn),
+            };
+        drop(stream);
+        let switched =
+            switch::next_timeline(tl, &mut client, &mut decoder, tli, next_tli, switch_lsn);
+        let Some(switched) = bounded(conf.timeout, switched).await else {
+            return Ok(stalled("TIMELINE_HISTORY", conf));
+        };
+        match switched? {
+            Ok(next) => tli = next,
+            Err(end) => return Ok(end),
+        }
+    }
+}
+
+/// Compare the server's history with the timeline's below `last`: the TLI
+/// to stream from, or the end of the session (diverged); an error when the
+/// server is behind (retried). Records the server's history as the
+/// timeline's when streaming goes on.
+pub(super) async fn check_against(
+    tl: &Timeline,
+    server: &TimelineHistory,
+    last: Lsn,
+) -> anyhow::Result<Result<u32, SessionEnd>> {
+    let own = tl.wal_source().map(|s| s.history()).transpose()?.flatten();
+    match history::check(own.as_ref(), server, last) {
+        HistoryCheck::Start { tli } => {
+            record_history(tl, server).await?;
+            Ok(Ok(tli))
+        }
+        HistoryCheck::Behind(why) => bail!(why),
+        HistoryCheck::Diverged(d) => Ok(Err(SessionEnd::Diverged(d))),
+    }
+}
+
+/// Persist `history` as the timeline's (durably, and in the remote index),
+/// unless it is recorded already.
+async fn record_history(tl: &Timeline, history: &TimelineHistory) -> anyhow::Result<()> {
+    let Some(mut source) = tl.wal_source() else {
+        bail!("the timeline no longer follows a source");
     };
-    let mut stream =
-        stream.with_context(|| format!("START_REPLICATION SLOT {} at {start}", source.slot))?;
-    tracing::info!("streaming from {start} (primary at {})", Lsn(id.xlogpos));
-    set_state(tl, "streaming");
+    if source.history()?.as_ref() == Some(history) {
+        return Ok(());
+    }
+    source.set_history(history);
+    tl.set_wal_source(Some(source)).await.context("record the PostgreSQL timeline history")?;
+    Ok(())
+}
+
+/// The stream decoder, ingest and checks: one per session, kept across
+/// the streams of successive TLIs.
+struct Wal<'s> {
+    decoder: &'s mut WalStreamDecoder,
+    ingest: &'s mut WalIngest,
+    checks: &'s mut StandbyChecks,
+}
+
+/// How the stream of one TLI ended.
+enum Streamed {
+    Ended(SessionEnd),
+    /// The server's CopyDone and next-timeline row: go on there.
+    TimelineEnded {
+        next_tli: u32,
+        switch_lsn: Lsn,
+    },
+}
+
+/// Stream and ingest until the stream ends (module comment).
+async fn stream_wal(
+    tl: &Timeline,
+    stream: &mut ReplicationStream<'_>,
+    wal: &mut Wal<'_>,
+    conf: &WalReceiverConf,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Streamed> {
     let mut status = StatusReporter::new(conf.status_interval);
     let mut idle_deadline: Option<TokioInstant> = None;
     let mut silence = Silence::new(conf.timeout);
@@ -144,21 +253,21 @@ pub async fn run(
         tokio::select! {
             biased;
             _ = cancel.cancelled() => {
-                status.send(&mut stream, tl, &decoder, false).await?;
-                return Ok(SessionEnd::Cancelled);
+                status.send(stream, tl, wal.decoder, false).await?;
+                return Ok(Streamed::Ended(SessionEnd::Cancelled));
             }
             msg = stream.recv() => match msg.context("receive WAL")? {
                 ReplicationMessage::XLogData(x) => {
                     observe(tl, x.wal_start + x.data.len() as u64, x.wal_end, x.server_time.0);
-                    let got = ingest_message(tl, &mut decoder, &mut ingest, &mut checks, x).await?;
+                    let got = ingest_message(tl, wal, x).await?;
                     if let Some(refused) = got.refused {
                         // What came before is durable and acknowledged, so
                         // the slot keeps only the WAL from the refusal on.
-                        flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
-                        return Ok(SessionEnd::Refused(refused));
+                        flush_and_report(tl, &mut status, stream, wal.decoder).await?;
+                        return Ok(Streamed::Ended(SessionEnd::Refused(refused)));
                     }
                     if got.shutdown_checkpoint {
-                        flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
+                        flush_and_report(tl, &mut status, stream, wal.decoder).await?;
                         idle_deadline = None;
                     } else {
                         idle_deadline = Some(TokioInstant::now() + conf.idle_flush_after);
@@ -166,26 +275,35 @@ pub async fn run(
                     silence.heard();
                 }
                 ReplicationMessage::PrimaryKeepalive(k) => {
-                    observe(tl, decoder.fed_lsn().0, k.wal_end, k.server_time.0);
+                    observe(tl, wal.decoder.fed_lsn().0, k.wal_end, k.server_time.0);
                     if k.reply_requested {
-                        status.send(&mut stream, tl, &decoder, false).await?;
+                        status.send(stream, tl, wal.decoder, false).await?;
                     }
                     silence.heard();
                 }
-                ReplicationMessage::End(end) => return Ok(SessionEnd::Primary(format!("{end:?}"))),
+                ReplicationMessage::End(StreamEnd::TimelineEnded {
+                    next_timeline: Some(next_tli),
+                    next_timeline_start_lsn: Some(start),
+                }) => {
+                    let switch_lsn = Lsn(start);
+                    return Ok(Streamed::TimelineEnded { next_tli, switch_lsn });
+                }
+                ReplicationMessage::End(end) => {
+                    return Ok(Streamed::Ended(SessionEnd::Primary(format!("{end:?}"))))
+                }
             },
-            _ = status.tick() => status.send(&mut stream, tl, &decoder, false).await?,
+            _ = status.tick() => status.send(stream, tl, wal.decoder, false).await?,
             _ = idle => {
-                flush_and_report(tl, &mut status, &mut stream, &decoder).await?;
+                flush_and_report(tl, &mut status, stream, wal.decoder).await?;
                 idle_deadline = None;
             }
             next = silence.wait() => match next {
-                Quiet::AskForReply => status.send(&mut stream, tl, &decoder, true).await?,
+                Quiet::AskForReply => status.send(stream, tl, wal.decoder, true).await?,
                 Quiet::Stalled(for_) => {
-                    return Ok(SessionEnd::Stalled(format!(
+                    return Ok(Streamed::Ended(SessionEnd::Stalled(format!(
                         "no message from the primary for {} ms while streaming",
                         for_.as_millis()
-                    )))
+                    ))))
                 }
             },
         }
@@ -282,11 +400,10 @@ struct MessageIngested {
 /// Feed one XLogData message and ingest every record it completes.
 async fn ingest_message(
     tl: &Timeline,
-    decoder: &mut WalStreamDecoder,
-    ingest: &mut WalIngest,
-    checks: &mut StandbyChecks,
+    wal: &mut Wal<'_>,
     x: XLogData,
 ) -> anyhow::Result<MessageIngested> {
+    let Wal { decoder, ingest, checks } = wal;
     if Lsn(x.wal_start) != decoder.fed_lsn() {
         bail!(
             "the primary sent WAL from {} but the stream is at {}",
@@ -382,7 +499,7 @@ impl StandbyChecks {
 async fn flush_and_report(
     tl: &Timeline,
     status: &mut StatusReporter,
-    stream: &mut pq_proto::replication::ReplicationStream<'_>,
+    stream: &mut ReplicationStream<'_>,
     decoder: &WalStreamDecoder,
 ) -> anyhow::Result<()> {
     if tl.get_disk_consistent_lsn() < tl.get_last_record_lsn() {

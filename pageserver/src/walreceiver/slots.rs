@@ -41,17 +41,24 @@ pub enum Cause {
     TimelineDelete,
     TenantDelete,
     BootstrapFailure,
+    /// `PUT .../source` replaced the source that used it.
+    SourceReplaced,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 3] =
-        [Cause::TimelineDelete, Cause::TenantDelete, Cause::BootstrapFailure];
+    pub const ALL: [Cause; 4] = [
+        Cause::TimelineDelete,
+        Cause::TenantDelete,
+        Cause::BootstrapFailure,
+        Cause::SourceReplaced,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Cause::TimelineDelete => "timeline_delete",
             Cause::TenantDelete => "tenant_delete",
             Cause::BootstrapFailure => "bootstrap_failure",
+            Cause::SourceReplaced => "source_replaced",
         }
     }
 }
@@ -147,13 +154,7 @@ pub async fn check_unused(
     slot: &str,
     me: (TenantId, TimelineId),
 ) -> Result<(), String> {
-    let probe = WalSource {
-        connstring: String::new(),
-        slot: slot.to_string(),
-        system_id,
-        consistent_lsn: Default::default(),
-        slot_origin: Default::default(),
-    };
+    let probe = WalSource::new(String::new(), slot.to_string(), system_id, Default::default());
     match user_of(tenants, &probe, me).await {
         None => Ok(()),
         Some((tenant, timeline)) => Err(format!(

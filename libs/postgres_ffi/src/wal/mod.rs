@@ -28,9 +28,11 @@ pub mod record;
 pub mod rmgr;
 pub mod stream;
 pub mod stub;
+pub mod timeline_history;
 
 pub use record::decode_record;
 pub use stream::WalStreamDecoder;
+pub use timeline_history::{TimelineHistory, TliSwitch};
 
 /// Size of a WAL page (`XLOG_BLCKSZ`).
 pub const XLOG_BLCKSZ: usize = 8192;

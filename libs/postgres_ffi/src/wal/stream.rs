@@ -11,7 +11,9 @@
 //! Checks: page magic of the major version, flags, `xlp_pageaddr` equal to
 //! the page's LSN, the long header exactly on segment starts with the
 //! expected segment and block sizes and one system identifier, the
-//! timeline never going back, continuation flags and lengths, record
+//! timeline never going back (and, given the timeline history, `xlp_tli`
+//! equal to the timeline that wrote the page's LSN:
+//! [`WalStreamDecoder::set_timeline_history`]), continuation flags and lengths, record
 //! length bounds, `xl_prev` chaining, a known resource manager, CRC-32C.
 //!
 //! Invariants: a record that fits in its page is handed on as a slice of
@@ -26,6 +28,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use utils::lsn::Lsn;
 
 use super::record::{decode_record, XLogRecordHeader};
+use super::timeline_history::TimelineHistory;
 use super::{
     rmgr_id, DecodedWalRecord, WalDecodeError, MAX_RECORD_LEN, WAL_SEGMENT_SIZE, XLOG_BLCKSZ,
     XLOG_LONG_PHD_LEN, XLOG_RECORD_HEADER_LEN, XLOG_SHORT_PHD_LEN,
@@ -83,6 +86,8 @@ pub struct WalStreamDecoder {
     spanning: Option<SpanningRecord>,
     system_id: Option<u64>,
     timeline: Option<u32>,
+    /// When set, every page's `xlp_tli` must be `history.tli_at(page)`.
+    history: Option<TimelineHistory>,
     failed: Option<WalDecodeError>,
 }
 
@@ -106,8 +111,17 @@ impl WalStreamDecoder {
             spanning: None,
             system_id: None,
             timeline: None,
+            history: None,
             failed: None,
         }
+    }
+
+    /// Require each page header's `xlp_tli` to be the timeline that
+    /// `history` says wrote the page's LSN (the page holding a switch LSN
+    /// was begun by the old timeline, so it carries the old TLI). Replaced
+    /// when the stream continues on a newer timeline.
+    pub fn set_timeline_history(&mut self, history: TimelineHistory) {
+        self.history = Some(history);
     }
 
     /// Require this system identifier in long page headers (else the first
@@ -119,6 +133,20 @@ impl WalStreamDecoder {
     /// The system identifier of the long page headers seen so far.
     pub fn system_id(&self) -> Option<u64> {
         self.system_id
+    }
+
+    /// Drop what was fed past `lsn`, the end of the last record returned
+    /// (the caller knows it), and decode from there: the bytes after it were the
+    /// start of a record the server never completed (it switched timeline
+    /// at `lsn`). The checks on the next record's `xl_prev` and the
+    /// timeline and system id seen stay.
+    pub fn restart_at(&mut self, lsn: Lsn) {
+        assert!(lsn <= self.fed_lsn(), "restart at {lsn}, fed up to {}", self.fed_lsn());
+        self.pending.clear();
+        self.spanning = None;
+        self.pos = lsn;
+        self.next_record = lsn;
+        self.failed = None;
     }
 
     /// Append WAL that continues exactly where the previous bytes ended.
@@ -263,6 +291,17 @@ impl WalStreamDecoder {
                 h.timeline,
                 self.timeline.unwrap()
             ));
+        }
+        if let Some(history) = &self.history {
+            let expected = history.tli_at(page_lsn);
+            if h.timeline != expected {
+                return Err(format!(
+                    "xlp_tli is timeline {}, but the history of timeline {} says timeline \
+                     {expected} wrote {page_lsn}",
+                    h.timeline,
+                    history.tli()
+                ));
+            }
         }
         self.timeline = Some(h.timeline);
         if let Some((sysid, seg_size, blcksz)) = h.long {

@@ -72,12 +72,11 @@ pub fn manifest() -> TimelineMetadata {
 }
 
 pub fn wal_source() -> WalSource {
+    let connstring = "postgres://u:secret@127.0.0.1:1/postgres".to_string();
+    let slot = "pageserver_test".to_string();
     WalSource {
-        connstring: "postgres://u:secret@127.0.0.1:1/postgres".to_string(),
-        slot: "pageserver_test".to_string(),
-        system_id: 7,
         consistent_lsn: Lsn(0x20),
-        slot_origin: SlotOrigin::Created,
+        ..WalSource::new(connstring, slot, 7, SlotOrigin::Created)
     }
 }
 

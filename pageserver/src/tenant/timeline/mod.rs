@@ -70,7 +70,7 @@ mod rel_size_cache;
 pub(crate) mod residency;
 pub mod wal_source;
 
-use wal_source::{ReceiverStatus, WalSource};
+use wal_source::{ReceiverStatus, ReceiverTask, WalSource};
 mod writer;
 
 use branch::Ancestor;
@@ -146,6 +146,8 @@ pub struct Timeline {
     lsn_by_time: Mutex<LsnTimeRecord>,
     /// Set by the WAL receiver, read by the API.
     pub receiver_status: Mutex<ReceiverStatus>,
+    /// The running WAL receiver, to stop it when the source is replaced.
+    pub receiver_task: Mutex<Option<ReceiverTask>>,
     /// (end, start) of the last WAL record of each of the latest
     /// `RECENT_RECORDS` batches the WAL receiver committed, oldest first;
     /// empty after imports and restarts. Not persisted: only a base backup
@@ -260,6 +262,7 @@ impl Timeline {
             data_checksums: cluster::ChecksumsKnown::default(),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
+            receiver_task: Mutex::new(None),
             last_records: Mutex::new(std::collections::VecDeque::new()),
             leases,
             maintenance: tokio::sync::Mutex::new(()),

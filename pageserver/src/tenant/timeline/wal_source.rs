@@ -3,11 +3,23 @@
 //! the metadata so that ingest resumes after a restart.
 //!
 //! ```json
-//! {"connstring": "postgres://...", "slot": "pageserver_<id>",
+//! {"version": 2, "connstring": "postgres://...", "slot": "pageserver_<id>",
 //!  "system_id": 7301234567890123456, "consistent_lsn": "0/3000100",
-//!  "slot_origin": "created"}
+//!  "slot_origin": "created", "pg_tli": 2,
+//!  "pg_tli_history": [{"tli": 1, "switch_lsn": "0/5000108"}],
+//!  "on_divergence": "stop"}
 //! ```
 //!
+//! - `version`: 2; a file without it is version 1 (no `pg_tli`, no
+//!   `on_divergence`) and loads as such; a newer version is refused.
+//! - `pg_tli`, `pg_tli_history`: the PostgreSQL timeline of the WAL
+//!   ingested and being streamed, and its ancestors (`(tli, switch_lsn)`,
+//!   from `TIMELINE_HISTORY`): the history the ingested WAL belongs to, so
+//!   that a server whose history forked below `last_record_lsn` is
+//!   recognized (`walreceiver::history`). Written durably before any WAL
+//!   of a new TLI is ingested. `null` in version 1 files: learned from the
+//!   server at the next session. The remote index carries the same.
+//! - `on_divergence`: `stop` (default) or `branch`.
 //! - `slot_origin`: `created` (the bootstrap created the slot) or `adopted`
 //!   (`PUT .../source` took an existing one, which no other timeline of
 //!   this pageserver used). Files written before it existed read as
@@ -26,22 +38,39 @@
 use std::path::Path;
 
 use io_engine::IoEngine;
+use pageserver_api::models::{OnDivergence, PgTliSwitch};
+use postgres_ffi::wal::{TimelineHistory, TliSwitch};
 use serde::{Deserialize, Serialize};
 use utils::lsn::Lsn;
 
 pub const WAL_SOURCE_FILE: &str = "wal_source.json";
+/// The version written; 1 (no `version` field) still loads.
+pub const WAL_SOURCE_VERSION: u32 = 2;
 /// A source file is a few hundred bytes; anything larger is damage.
 const MAX_WAL_SOURCE_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WalSource {
+    /// Set to [`WAL_SOURCE_VERSION`] when written.
+    #[serde(default = "version_1")]
+    pub version: u32,
     pub connstring: String,
     pub slot: String,
     pub system_id: u64,
     pub consistent_lsn: Lsn,
     #[serde(default)]
     pub slot_origin: SlotOrigin,
+    #[serde(default)]
+    pub pg_tli: Option<u32>,
+    #[serde(default)]
+    pub pg_tli_history: Vec<PgTliSwitch>,
+    #[serde(default)]
+    pub on_divergence: OnDivergence,
+}
+
+fn version_1() -> u32 {
+    1
 }
 
 /// How a timeline came to use its slot.
@@ -58,6 +87,43 @@ pub enum SlotOrigin {
 }
 
 impl WalSource {
+    /// A source with no PostgreSQL timeline recorded yet.
+    pub fn new(connstring: String, slot: String, system_id: u64, origin: SlotOrigin) -> WalSource {
+        WalSource {
+            version: WAL_SOURCE_VERSION,
+            connstring,
+            slot,
+            system_id,
+            consistent_lsn: Lsn(0),
+            slot_origin: origin,
+            pg_tli: None,
+            pg_tli_history: Vec::new(),
+            on_divergence: OnDivergence::default(),
+        }
+    }
+
+    /// The recorded PostgreSQL timeline history; `None` before the first
+    /// session of a version 1 source. A damaged record is an error.
+    pub fn history(&self) -> anyhow::Result<Option<TimelineHistory>> {
+        let Some(tli) = self.pg_tli else { return Ok(None) };
+        let switches = self
+            .pg_tli_history
+            .iter()
+            .map(|s| TliSwitch { tli: s.tli, switch_lsn: s.switch_lsn })
+            .collect();
+        Ok(Some(TimelineHistory::new(tli, switches)?))
+    }
+
+    /// Record `history` as the one of the WAL ingested and streamed.
+    pub fn set_history(&mut self, history: &TimelineHistory) {
+        self.pg_tli = Some(history.tli());
+        self.pg_tli_history = history
+            .switches()
+            .iter()
+            .map(|s| PgTliSwitch { tli: s.tli, switch_lsn: s.switch_lsn })
+            .collect();
+    }
+
     /// The source of the timeline in `dir`, if it has one.
     pub async fn load(engine: &IoEngine, dir: &Path) -> anyhow::Result<Option<WalSource>> {
         let path = dir.join(WAL_SOURCE_FILE);
@@ -65,14 +131,24 @@ impl WalSource {
             return Ok(None);
         }
         let bytes = engine.read_file(&path, MAX_WAL_SOURCE_BYTES).await?;
-        let source = serde_json::from_slice(&bytes)
-            .map_err(|e| anyhow::anyhow!("{} is not a valid WAL source: {e}", path.display()))?;
+        let invalid =
+            |e: String| anyhow::anyhow!("{} is not a valid WAL source: {e}", path.display());
+        let source: WalSource =
+            serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+        if source.version > WAL_SOURCE_VERSION {
+            return Err(invalid(format!(
+                "version {} (this pageserver reads up to {WAL_SOURCE_VERSION})",
+                source.version
+            )));
+        }
+        source.history().map_err(|e| invalid(e.to_string()))?;
         Ok(Some(source))
     }
 
     /// Write (or replace) the source of the timeline in `dir`, durably.
     pub async fn persist(&self, engine: &IoEngine, dir: &Path) -> anyhow::Result<()> {
-        let json = serde_json::to_vec_pretty(self).expect("a WalSource serializes");
+        let current = WalSource { version: WAL_SOURCE_VERSION, ..self.clone() };
+        let json = serde_json::to_vec_pretty(&current).expect("a WalSource serializes");
         engine.write_file_durably(&dir.join(WAL_SOURCE_FILE), &json).await?;
         Ok(())
     }
@@ -96,11 +172,20 @@ impl WalSource {
     }
 }
 
+/// A running WAL receiver task: `cancel` stops it (a child of the
+/// timeline's token), `done` fires once it has ended.
+#[derive(Debug, Clone)]
+pub struct ReceiverTask {
+    pub cancel: tokio_util::sync::CancellationToken,
+    pub done: tokio_util::sync::CancellationToken,
+}
+
 /// What the WAL receiver of a timeline is doing, for the API.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReceiverStatus {
     /// `connecting`, `streaming`, `waiting to reconnect`, `stalled` (kept
-    /// through reconnects until a session streams again), `stopped`.
+    /// through reconnects until a session streams again), `stopped`,
+    /// `diverged` (`walreceiver::history`).
     pub state: &'static str,
     /// When the latest message from the primary (WAL or keepalive) came,
     /// in any session.
@@ -124,7 +209,7 @@ impl ReceiverStatus {
     /// may still arrive, but nothing becomes durable or is acknowledged).
     pub fn shown(&self, flush_error: Option<&str>) -> (&'static str, Option<String>) {
         match flush_error {
-            Some(e) if self.state != "stopped" => {
+            Some(e) if self.state != "stopped" && self.state != "diverged" => {
                 ("flush failing", Some(format!("flushing ingested WAL to disk fails: {e}")))
             }
             _ => {
@@ -159,15 +244,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let engine = IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap();
         assert_eq!(WalSource::load(&engine, dir.path()).await.unwrap(), None);
-        let s = WalSource {
-            connstring: "postgres://u:secret@127.0.0.1:5432/postgres".to_string(),
-            slot: "pageserver_x".to_string(),
-            system_id: 7,
-            consistent_lsn: Lsn(0x3000100),
-            slot_origin: SlotOrigin::Created,
-        };
+        let mut s = WalSource::new(
+            "postgres://u:secret@127.0.0.1:5432/postgres".to_string(),
+            "pageserver_x".to_string(),
+            7,
+            SlotOrigin::Created,
+        );
+        s.consistent_lsn = Lsn(0x3000100);
+        let history = TimelineHistory::parse(2, "1\t0/5000108\tx\n").unwrap();
+        s.set_history(&history);
         s.persist(&engine, dir.path()).await.unwrap();
-        assert_eq!(WalSource::load(&engine, dir.path()).await.unwrap(), Some(s.clone()));
+        let loaded = WalSource::load(&engine, dir.path()).await.unwrap().unwrap();
+        assert_eq!(loaded, s);
+        assert_eq!(loaded.history().unwrap(), Some(history));
         assert!(!s.redacted_connstring().contains("secret"));
         // A file written before `slot_origin` existed.
         let old = br#"{"connstring": "postgres://127.0.0.1/postgres", "slot": "s",
@@ -175,6 +264,27 @@ mod tests {
         std::fs::write(dir.path().join(WAL_SOURCE_FILE), old).unwrap();
         let loaded = WalSource::load(&engine, dir.path()).await.unwrap().unwrap();
         assert_eq!(loaded.slot_origin, SlotOrigin::Unknown);
+        assert_eq!((loaded.version, loaded.pg_tli, loaded.history().unwrap()), (1, None, None));
+        assert_eq!(loaded.on_divergence, OnDivergence::Stop);
+        // Written again, it is version 2.
+        loaded.persist(&engine, dir.path()).await.unwrap();
+        let again = WalSource::load(&engine, dir.path()).await.unwrap().unwrap();
+        assert_eq!(again.version, WAL_SOURCE_VERSION);
+        // A newer version, and a history that breaks its invariants.
+        for (bad, needle) in [
+            (r#""version": 3"#, "version 3 (this pageserver reads up to 2)"),
+            (
+                r#""version": 2, "pg_tli": 1, "pg_tli_history": [{"tli": 1, "switch_lsn": "0/1"}]"#,
+                "ancestor timeline 1 is not below 1",
+            ),
+        ] {
+            let json = format!(
+                r#"{{{bad}, "connstring": "c", "slot": "s", "system_id": 7, "consistent_lsn": "0/1"}}"#
+            );
+            std::fs::write(dir.path().join(WAL_SOURCE_FILE), json).unwrap();
+            let err = WalSource::load(&engine, dir.path()).await.unwrap_err().to_string();
+            assert!(err.contains(needle) && err.contains(WAL_SOURCE_FILE), "{err}");
+        }
         std::fs::write(dir.path().join(WAL_SOURCE_FILE), b"{\"connstring\": 1}").unwrap();
         let err = WalSource::load(&engine, dir.path()).await.unwrap_err().to_string();
         assert!(err.contains(WAL_SOURCE_FILE), "{err}");
