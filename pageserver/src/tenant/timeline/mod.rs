@@ -73,6 +73,7 @@ use wal_source::{ReceiverStatus, WalSource};
 mod writer;
 
 use lease::{Begun, LeaseMap, LeaseStore, LsnLease, TooManyLeases, WriteError};
+pub use load::{verify_dir, DirReport};
 use log_limit::PerKeyLogLimit;
 pub use read::LsnNotReadable;
 pub use rel_size_cache::RelSizeCache;
