@@ -125,7 +125,12 @@ impl Extracted {
         let Some(target) = map.get(&oid) else { return Ok(self.pgdata.join(rel)) };
         let link = self.pgdata.join("pg_tblspc").join(oid.to_string());
         if fs::symlink_metadata(&link).is_err() {
-            self.mkdir(target)?;
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(target)
+                .with_context(|| format!("create directory {}", target.display()))?;
+            self.dirs.insert(target.clone());
             std::os::unix::fs::symlink(target, &link)
                 .with_context(|| format!("symlink {} -> {}", link.display(), target.display()))?;
         }
