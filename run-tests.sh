@@ -44,6 +44,7 @@ echo "== pytest: regress"
 export PAGESERVER_BIN="$PWD/target/release/pageserver"
 export PAGESERVER_TESTING_BIN="$PWD/target/release/pageserver"
 export PAGEBENCH_BIN="$PWD/target/release/pagebench"
+export PAGECTL_BIN="$PWD/target/release/pagectl"
 run_pytest() {
     set +e
     python3 -m pytest "$@"
@@ -68,7 +69,7 @@ echo "== pytest: regress on the io-uring engine with direct IO"
 # their own: once is enough.
 not_io=(native_redo config wal_refusals page_service_protocol pagestream_golden
     extended_protocol client_limits minio_fixture metrics bootstrap_verify checkpoint_fields
-    fullbackup_errors backup_limits openapi dashboard)
+    fullbackup_errors backup_limits openapi dashboard pagectl)
 ignore=()
 for t in "${not_io[@]}"; do ignore+=("--ignore=test_runner/regress/test_$t.py"); done
 PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true run_pytest -q "${workers[@]}" test_runner/regress \

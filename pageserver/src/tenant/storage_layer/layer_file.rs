@@ -36,6 +36,7 @@ mod cursor;
 mod header;
 mod index_block;
 mod index_builder;
+mod inspect;
 mod legacy;
 mod tree_index;
 mod writer;
@@ -60,6 +61,7 @@ use tree_index::{Fetch, TreeIndex};
 
 pub use cursor::{Entry, EntryCursor};
 pub use index_block::{ENTRIES_PER_BLOCK, INDEX_BLOCK_BYTES};
+pub use inspect::HeaderInfo;
 pub use writer::LayerWriter;
 
 /// Read alignment of a layer read through the page cache.

@@ -102,15 +102,73 @@ async fn load_local(
 ) -> anyhow::Result<Layer> {
     let engine = &conf.io_engine;
     let path = dir.join(&entry.name);
-    let size_bytes = engine.open(&path, io_engine::OpenMode::READ).await?.len().await?;
+    check_size(engine, &path, entry).await?;
+    let file = LayerFile::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
+    Ok(Layer::resident(file, remote.cloned()))
+}
+
+async fn check_size(engine: &IoEngine, path: &Path, entry: &LayerEntry) -> anyhow::Result<()> {
+    let size_bytes = engine.open(path, io_engine::OpenMode::READ).await?.len().await?;
     ensure!(
         size_bytes == entry.size_bytes,
         "layer file {} is {size_bytes} bytes, the manifest says {}",
         path.display(),
         entry.size_bytes
     );
-    let file = LayerFile::load(engine, &path, tenant_id, timeline_id, conf.direct_io).await?;
-    Ok(Layer::resident(file, remote.cloned()))
+    Ok(())
+}
+
+/// What [`verify_dir`] found: the manifest's layers (all sound) and the
+/// files start-up would remove.
+#[derive(Debug)]
+pub struct DirReport {
+    pub md: TimelineMetadata,
+    /// Listed layer files and their bytes, all present and loadable.
+    pub layers: usize,
+    pub layer_bytes: u64,
+    /// Temp, ephemeral and unlisted layer files (start-up removes them).
+    pub leftovers: Vec<String>,
+}
+
+/// Start-up's checks of a timeline directory, read only (for `pagectl
+/// timeline verify`): the manifest as `check_manifest` checks it, then
+/// every listed layer file present, of the manifest's size, and loadable
+/// (header and index root checked). The errors are start-up's; a listed
+/// file missing here is an error even where a remote copy would serve.
+pub async fn verify_dir(
+    engine: &IoEngine,
+    dir: &Path,
+    (tenant_id, timeline_id): (TenantId, TimelineId),
+) -> anyhow::Result<DirReport> {
+    let (mut md, from_v1) = match TimelineMetadata::load(engine, dir).await? {
+        Decoded::Manifest(md) => (md, false),
+        Decoded::V1(md) => (md, true),
+    };
+    let listing = engine.read_dir(dir).await?;
+    if from_v1 {
+        md.layers = layers_from_listing(engine, dir, &listing, md.disk_consistent_lsn).await?;
+        md.empty_strata = v1_gaps(&md)?;
+    }
+    let names = check_manifest(&md)?;
+    for entry in &md.layers {
+        let path = dir.join(&entry.name);
+        if !listing.iter().any(|e| e.name_lossy() == entry.name) {
+            bail!("layer file {} listed in the manifest is missing", path.display());
+        }
+        check_size(engine, &path, entry).await?;
+        LayerFile::load(engine, &path, tenant_id, timeline_id, false).await?;
+    }
+    let leftovers = listing
+        .iter()
+        .map(|e| e.name_lossy())
+        .filter(|f| {
+            f.ends_with(io_engine::TEMP_SUFFIX)
+                || f.starts_with(EPHEMERAL_PREFIX)
+                || LayerName::parse(f).is_some_and(|n| !names.contains(&n))
+        })
+        .collect();
+    let layer_bytes = md.layers.iter().map(|e| e.size_bytes).sum();
+    Ok(DirReport { layers: md.layers.len(), layer_bytes, md, leftovers })
 }
 
 /// A listed layer missing on local disk: remote-only if the remote client

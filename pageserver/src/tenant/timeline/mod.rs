@@ -75,6 +75,7 @@ mod writer;
 
 use branch::Ancestor;
 use lease::{Begun, LeaseMap, LeaseStore, LsnLease, TooManyLeases, WriteError};
+pub use load::{verify_dir, DirReport};
 use log_limit::PerKeyLogLimit;
 pub use read::LsnNotReadable;
 pub use rel_size_cache::RelSizeCache;

@@ -209,6 +209,16 @@ impl TreeIndex {
         Ok(blocks)
     }
 
+    /// `read_blocks`, for a check of the whole index (`inspect.rs`).
+    pub async fn read_blocks_checked(
+        &self,
+        file: &File,
+        first: u64,
+        count: u64,
+    ) -> Result<(), LayerReadError> {
+        self.read_blocks(file, first, count).await.map(drop)
+    }
+
     async fn read_block(&self, file: &File, block_no: u64) -> Result<Bytes, LayerReadError> {
         Ok(self.read_blocks(file, block_no, 1).await?.pop().expect("one block"))
     }
