@@ -15,6 +15,9 @@ use utils::lsn::Lsn;
 
 use crate::key::Key;
 
+mod lsn_by_timestamp;
+pub use lsn_by_timestamp::*;
+
 /// PostgreSQL major version assumed when a timeline create request names none.
 pub const DEFAULT_PG_VERSION: u32 = 15;
 

@@ -25,6 +25,7 @@ mod error;
 mod extract;
 mod io_engine;
 mod location;
+mod lsn_by_timestamp;
 mod maintenance;
 mod server;
 mod tenants;
@@ -92,6 +93,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/lsn_lease"),
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/compact"),
     ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/do_gc"),
+    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/get_lsn_by_timestamp"),
+    ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/get_timestamp_of_lsn"),
     #[cfg(feature = "testing")]
     ("PUT", "/v1/failpoints"),
     #[cfg(feature = "testing")]
@@ -158,7 +161,9 @@ pub fn router(state: HttpState) -> Router {
         .route(&format!("{TL}/source"), axum::routing::put(timelines::set_source))
         .route(&format!("{TL}/lsn_lease"), post(timelines::lsn_lease))
         .route(&format!("{TL}/compact"), axum::routing::put(maintenance::compact))
-        .route(&format!("{TL}/do_gc"), axum::routing::put(maintenance::do_gc));
+        .route(&format!("{TL}/do_gc"), axum::routing::put(maintenance::do_gc))
+        .route(&format!("{TL}/get_lsn_by_timestamp"), get(lsn_by_timestamp::get_lsn_by_timestamp))
+        .route(&format!("{TL}/get_timestamp_of_lsn"), get(lsn_by_timestamp::get_timestamp_of_lsn));
     // The router-wide limit is set first (outermost); the testing routes'
     // own layer runs later and overrides it for them.
     let r = r.layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES));

@@ -19,6 +19,7 @@
 //! again (the tenant is Activating: `mgr/activation.rs`).
 
 pub mod attachment;
+pub mod commit_times;
 pub mod eviction;
 pub mod lsn_by_time;
 pub mod metadata;

@@ -80,6 +80,7 @@ pub use writer::TimelineWriter;
 
 use writer::WriterState;
 
+use super::commit_times::CommitTimes;
 use super::lsn_by_time::LsnTimeRecord;
 use super::metadata::TimelineMetadata;
 use super::remote_timeline::client::RemoteTimelineClient;
@@ -142,6 +143,8 @@ pub struct Timeline {
     data_checksums: cluster::ChecksumsKnown,
     /// Which LSN was durable when, as in the manifest (`lsn_by_time.rs`).
     lsn_by_time: Mutex<LsnTimeRecord>,
+    /// The end LSN and time of every transaction (`commit_times.rs`).
+    pub commit_times: CommitTimes,
     /// Set by the WAL receiver, read by the API.
     pub receiver_status: Mutex<ReceiverStatus>,
     /// (end, start) of the last WAL record of each of the latest
@@ -218,6 +221,8 @@ impl Timeline {
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
         let leases = LeaseMap::load(&conf.io_engine, &dir, SystemTime::now()).await?;
         let leases = LeaseStore::new(leases, conf.lsn_lease_length);
+        let commit_times =
+            CommitTimes::load(conf.io_engine.clone(), &dir, md.disk_consistent_lsn).await?;
         let tl = Arc::new(Timeline {
             tenant_id,
             timeline_id,
@@ -245,6 +250,7 @@ impl Timeline {
             gc_cutoff: AtomicU64::new(md.gc_cutoff.0),
             manifest_write: tokio::sync::Mutex::new(()),
             lsn_by_time: Mutex::new(md.lsn_by_time.clone()),
+            commit_times,
             data_checksums: cluster::ChecksumsKnown::default(),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
