@@ -127,6 +127,10 @@ pub struct TenantDetails {
     /// Always `null`: this pageserver has no WAL redo process.
     pub walredo: Option<serde_json::Value>,
     pub timelines: Vec<TimelineId>,
+    /// Long operations running on its timelines (import, compaction, image
+    /// creation), with done/total and rate (`utils::progress`).
+    #[serde(default)]
+    pub operations: Vec<utils::progress::ProgressInfo>,
 }
 
 /// `POST /v1/tenant/{tenant}/timeline` body; every field is optional.
@@ -385,6 +389,7 @@ mod tests {
             },
             walredo: None,
             timelines: vec![tl],
+            operations: Vec::new(),
         };
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["id"], id.to_string());

@@ -403,6 +403,19 @@ impl Timeline {
         &self.conf
     }
 
+    /// Track a long operation on this timeline (listed in the tenant's
+    /// detail while the returned value lives).
+    pub fn start_progress(
+        &self,
+        operation: &'static str,
+        unit: &'static str,
+    ) -> Arc<utils::progress::Progress> {
+        let subject = format!("{}/{}", self.tenant_id, self.timeline_id);
+        let p = Arc::new(utils::progress::Progress::new(operation, unit, subject));
+        self.globals.operations.register(&p);
+        p
+    }
+
     /// Process-wide storage state shared by all timelines.
     pub fn globals(&self) -> &Arc<Globals> {
         &self.globals
