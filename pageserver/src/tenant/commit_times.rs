@@ -41,6 +41,10 @@
 //!   below a segment that ends at or below the GC cutoff: the newest entry
 //!   at or below the cutoff is always kept, so every answer at or above the
 //!   cutoff stays exact; a timestamp older than what is kept answers `past`.
+//!
+//! Not in remote storage yet: a tenant attached from remote storage starts
+//! with an empty index (times before the attach answer `nodata` or
+//! `past`, never a wrong LSN); new transactions are indexed as usual.
 
 mod segment;
 #[cfg(test)]
