@@ -15,6 +15,9 @@ use utils::lsn::Lsn;
 
 use crate::key::Key;
 
+mod lsn_by_timestamp;
+pub use lsn_by_timestamp::*;
+
 /// PostgreSQL major version assumed when a timeline create request names none.
 pub const DEFAULT_PG_VERSION: u32 = 15;
 
@@ -124,6 +127,10 @@ pub struct TenantDetails {
     /// Always `null`: this pageserver has no WAL redo process.
     pub walredo: Option<serde_json::Value>,
     pub timelines: Vec<TimelineId>,
+    /// Long operations running on its timelines (import, compaction, image
+    /// creation), with done/total and rate (`utils::progress`).
+    #[serde(default)]
+    pub operations: Vec<utils::progress::ProgressInfo>,
 }
 
 /// `POST /v1/tenant/{tenant}/timeline` body; every field is optional.
@@ -432,6 +439,7 @@ mod tests {
             },
             walredo: None,
             timelines: vec![tl],
+            operations: Vec::new(),
         };
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["id"], id.to_string());

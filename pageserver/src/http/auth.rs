@@ -168,6 +168,8 @@ mod tests {
             ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/lsn_lease", Tenant),
             ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/compact", Tenant),
             ("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/do_gc", Tenant),
+            ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/get_lsn_by_timestamp", Tenant),
+            ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/get_timestamp_of_lsn", Tenant),
             ("PUT", "/v1/failpoints", Management),
             ("POST", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/ingest", Management),
             ("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/testing/get", Management),

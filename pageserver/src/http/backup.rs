@@ -113,20 +113,32 @@ pub async fn fullbackup(
         Ok(None) => return Err(ApiError::Internal(anyhow::anyhow!("empty backup archive"))),
         Err(e) => return Err(api_error(&state, &tl, e)),
     };
-    let rest = futures::stream::unfold(Some(generated), move |slot| async move {
-        let mut generated = slot?;
-        match generated.next().await {
-            Ok(Some(chunk)) => Some((Ok(chunk), Some(generated))),
-            Ok(None) => None,
-            Err(e) => {
-                // Logged here, once: the client only sees the connection close.
-                let tl = &generated.tl;
-                warn!(
-                    "fullbackup of {}/{} at {lsn} over HTTP failed while streaming, body \
+    // Progress in archive bytes sent (the total is not known ahead).
+    let progress = tl.start_progress("fullbackup", "bytes");
+    progress.add(first.len() as u64);
+    let rest = futures::stream::unfold(Some(generated), move |slot| {
+        let progress = progress.clone();
+        async move {
+            let mut generated = slot?;
+            match generated.next().await {
+                Ok(Some(chunk)) => {
+                    progress.add(chunk.len() as u64);
+                    Some((Ok(chunk), Some(generated)))
+                }
+                Ok(None) => {
+                    progress.finish();
+                    None
+                }
+                Err(e) => {
+                    // Logged here, once: the client only sees the connection close.
+                    let tl = &generated.tl;
+                    warn!(
+                        "fullbackup of {}/{} at {lsn} over HTTP failed while streaming, body \
                      aborted: {e}",
-                    tl.tenant_id, tl.timeline_id
-                );
-                Some((Err(std::io::Error::other(e.to_string())), None))
+                        tl.tenant_id, tl.timeline_id
+                    );
+                    Some((Err(std::io::Error::other(e.to_string())), None))
+                }
             }
         }
     });

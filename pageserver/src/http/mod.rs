@@ -27,6 +27,7 @@ mod error;
 mod extract;
 mod io_engine;
 mod location;
+mod lsn_by_timestamp;
 mod maintenance;
 mod server;
 mod tenants;
@@ -151,6 +152,12 @@ pub const ROUTES: &[Route] = &[
     }),
     Route::json("PUT", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/do_gc", |m| {
         on(m, maintenance::do_gc)
+    }),
+    Route::json("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/get_lsn_by_timestamp", |m| {
+        on(m, lsn_by_timestamp::get_lsn_by_timestamp)
+    }),
+    Route::json("GET", "/v1/tenant/{tenant_id}/timeline/{timeline_id}/get_timestamp_of_lsn", |m| {
+        on(m, lsn_by_timestamp::get_timestamp_of_lsn)
     }),
     #[cfg(feature = "testing")]
     Route::testing("PUT", "/v1/failpoints", |m| on(m, testing::configure_failpoints)),

@@ -81,18 +81,29 @@ pub async fn get(
 ) -> Result<Json<TenantDetails>, ApiError> {
     if let Some((reason, tries)) = state.tenants.activating(id) {
         let info = activating_info(id, &reason, tries);
-        return Ok(Json(TenantDetails { info, walredo: None, timelines: Vec::new() }));
+        return Ok(Json(TenantDetails {
+            info,
+            walredo: None,
+            timelines: Vec::new(),
+            operations: Vec::new(),
+        }));
     }
     let tenant = match state.tenants.get_tenant(id) {
         Err(TenantError::Broken { id, reason }) => {
             let info = broken_info(id, &reason);
-            return Ok(Json(TenantDetails { info, walredo: None, timelines: Vec::new() }));
+            return Ok(Json(TenantDetails {
+                info,
+                walredo: None,
+                timelines: Vec::new(),
+                operations: Vec::new(),
+            }));
         }
         other => other?,
     };
     let mut timelines: Vec<_> = tenant.list_timelines().iter().map(|t| t.timeline_id).collect();
     timelines.sort();
-    Ok(Json(TenantDetails { info: tenant_info(&tenant), walredo: None, timelines }))
+    let operations = tenant.operations();
+    Ok(Json(TenantDetails { info: tenant_info(&tenant), walredo: None, timelines, operations }))
 }
 
 /// `DELETE /v1/tenant/{tenant_id}`: stops and removes the tenant and its

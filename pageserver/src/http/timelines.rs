@@ -279,11 +279,26 @@ pub async fn keyspace(
 pub async fn import_basebackup(
     State(state): State<HttpState>,
     TimelinePath(tenant_id, timeline_id): TimelinePath,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<TimelineInfo>), ApiError> {
     let tenant = state.tenants.get_tenant(tenant_id)?;
-    let stream = body.into_data_stream().map(|chunk| chunk.map_err(body_read_error));
-    match crate::import::import_basebackup(tenant.clone(), timeline_id, stream).await {
+    // Progress in tar bytes received (the import reads as it receives).
+    let progress = tenant.start_progress("import", "bytes", timeline_id);
+    let length = headers.get(axum::http::header::CONTENT_LENGTH);
+    if let Some(total) = length.and_then(|v| v.to_str().ok()?.parse().ok()) {
+        progress.set_total(total);
+    }
+    let counted = progress.clone();
+    let stream = body.into_data_stream().map(move |chunk| {
+        if let Ok(bytes) = &chunk {
+            counted.add(bytes.len() as u64);
+        }
+        chunk.map_err(body_read_error)
+    });
+    let res = crate::import::import_basebackup(tenant.clone(), timeline_id, stream).await;
+    progress.finish();
+    match res {
         Ok(tl) => Ok((StatusCode::CREATED, Json(timeline_info(&tl)))),
         Err(_) if state.cancel.is_cancelled() => Err(ApiError::ShuttingDown),
         Err(_) if tenant.cancel.is_cancelled() => Err(ApiError::Conflict(format!(

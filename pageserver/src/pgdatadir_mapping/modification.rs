@@ -33,6 +33,7 @@
 
 use std::collections::HashMap;
 
+use crate::tenant::commit_times::CommitTime;
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use pageserver_api::key::Key;
@@ -139,6 +140,9 @@ pub struct DatadirModification<'t> {
     /// Size changes of LSNs already sealed: rel -> (LSN of its last change,
     /// size), for the size cache at commit.
     sealed_sizes: HashMap<RelTag, (Lsn, Option<u32>)>,
+    /// Transactions that ended in this modification, for the timeline's
+    /// commit-time index at commit.
+    xact_times: Vec<CommitTime>,
 }
 
 fn value_bytes(v: &Value) -> usize {
@@ -165,6 +169,7 @@ impl<'t> DatadirModification<'t> {
             slru_segs: HashMap::new(),
             twophase: None,
             sealed_sizes: HashMap::new(),
+            xact_times: Vec::new(),
         }
     }
 
@@ -612,6 +617,12 @@ impl<'t> DatadirModification<'t> {
         Ok(())
     }
 
+    /// A transaction ended at the current LSN at time `ts` (PostgreSQL
+    /// microseconds): added to the commit-time index at commit.
+    pub fn note_xact_end(&mut self, ts: i64) {
+        self.xact_times.push(CommitTime { lsn: self.lsn, ts });
+    }
+
     /// The `pg_control` file as PostgreSQL wrote it.
     pub fn put_control_file(&mut self, img: Bytes) {
         self.push(Key::control_file(), Value::Image(img));
@@ -748,6 +759,8 @@ impl<'t> DatadirModification<'t> {
         for (at, changes) in by_lsn {
             self.tl.rel_size_cache.update(changes.into_iter(), at);
         }
+        // Before `finish_write`: see the contract in `commit_times.rs`.
+        self.tl.commit_times.record(std::mem::take(&mut self.xact_times));
         w.finish_write(lsn);
         Ok(())
     }

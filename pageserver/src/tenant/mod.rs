@@ -20,6 +20,7 @@
 
 pub mod attachment;
 pub mod branch;
+pub mod commit_times;
 pub mod eviction;
 pub mod lsn_by_time;
 pub mod metadata;
@@ -181,6 +182,8 @@ pub struct Globals {
     pub in_memory_bytes: AtomicU64,
     /// Backups being generated.
     pub backups: BackupSlots,
+    /// Long operations running (`utils::progress`), for the API.
+    pub operations: utils::progress::Registry,
 }
 
 pub const DELETED_SUFFIX: &str = ".___deleted";
@@ -441,6 +444,25 @@ impl Tenant {
 
     pub fn conf(&self) -> &StorageConf {
         &self.conf
+    }
+
+    /// Track a long operation on timeline `timeline_id` (listed in the
+    /// tenant's detail while the returned value lives).
+    pub fn start_progress(
+        &self,
+        operation: &'static str,
+        unit: &'static str,
+        timeline_id: TimelineId,
+    ) -> Arc<utils::progress::Progress> {
+        let subject = format!("{}/{timeline_id}", self.id);
+        let p = Arc::new(utils::progress::Progress::new(operation, unit, subject));
+        self.globals.operations.register(&p);
+        p
+    }
+
+    /// The long operations running on this tenant's timelines.
+    pub fn operations(&self) -> Vec<utils::progress::ProgressInfo> {
+        self.globals.operations.list(&format!("{}/", self.id))
     }
 
     /// Scratch space for work files of this tenant (e.g. an import's spill

@@ -49,11 +49,15 @@ pub fn spawn_prefetch(timelines: Vec<Arc<Timeline>>) {
 
 async fn prefetch_timeline(tl: Arc<Timeline>, layers: Vec<Arc<Layer>>, slots: Arc<Semaphore>) {
     let total = layers.len();
+    let progress = tl.start_progress("attach_prefetch", "layers");
+    progress.set_total(total as u64);
     let downloads = futures::stream::iter(layers).map(|layer| {
-        let slots = &slots;
+        let (slots, progress) = (&slots, &progress);
         async move {
             let _slot = slots.acquire().await.expect("never closed");
-            match layer.get_resident().await {
+            let res = layer.get_resident().await;
+            progress.add(1);
+            match res {
                 Ok(_) => true,
                 Err(e) => {
                     let name = &layer.name;
@@ -67,6 +71,7 @@ async fn prefetch_timeline(tl: Arc<Timeline>, layers: Vec<Arc<Layer>>, slots: Ar
     tokio::select! {
         done = all => {
             let ok = done.iter().filter(|ok| **ok).count();
+            progress.finish();
             info!("prefetched {ok} of {total} remote layers");
         }
         _ = tl.cancel.cancelled() => info!("prefetch stopped: the timeline is shutting down"),

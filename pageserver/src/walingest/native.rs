@@ -149,6 +149,7 @@ async fn complete(
     status: u8,
     m: &mut DatadirModification<'_>,
 ) -> anyhow::Result<()> {
+    m.note_xact_end(c.xact_time);
     let mut xids = c.subxacts;
     xids.push(c.xid);
     xids.sort_unstable_by_key(|x| x / CLOG_XACTS_PER_PAGE);

@@ -48,6 +48,7 @@ use pageserver_api::key::{CompactKey, Key};
 use tracing::{error, info};
 use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
+use utils::progress::{Progress, ProgressInfo};
 
 use super::super::storage_layer::layer::Layer;
 use super::super::storage_layer::layer_file::{EntryCursor, LayerFile, LayerWriter};
@@ -80,6 +81,9 @@ pub struct CompactionReport {
     pub l1_bytes_written: u64,
     pub image_layers_written: usize,
     pub image_bytes_written: u64,
+    /// The progress of each part that ran (`compaction`: value bytes
+    /// merged of the L0s' bytes; `image_creation`: key ranges).
+    pub progress: Vec<ProgressInfo>,
 }
 
 /// One merge input: an L0's entries, a leaf at a time.
@@ -125,7 +129,11 @@ impl Timeline {
         let due = l0s.len() >= self.conf.compaction.compaction_threshold;
         if due || (opts.force_l0_compaction && !l0s.is_empty()) {
             let started = Instant::now();
-            let written = self.compact_l0s(&l0s).await.context("L0 compaction")?;
+            let progress = self.start_progress("compaction", "bytes");
+            progress.set_total(l0s.iter().map(|l| l.file_size).sum());
+            let written = self.compact_l0s(&l0s, &progress).await.context("L0 compaction")?;
+            progress.finish();
+            report.progress.push(progress.info());
             report.l0_layers_compacted = l0s.len();
             report.l1_layers_written = written.len();
             report.l1_bytes_written = written.iter().map(|l| l.file_size).sum();
@@ -144,21 +152,31 @@ impl Timeline {
             );
             self.l0_count_changed.notify_waiters();
         }
+        let progress = self.start_progress("image_creation", "key ranges");
         let (images, bytes) = self
-            .create_image_layers(opts.force_image_layer_creation)
+            .create_image_layers(opts.force_image_layer_creation, &progress)
             .await
             .context("image layer creation")?;
         (report.image_layers_written, report.image_bytes_written) = (images, bytes);
+        if progress.info().total.is_some() {
+            progress.finish();
+            report.progress.push(progress.info());
+        }
         Ok(report)
     }
 
     /// Merge `l0s` (the oldest run of L0s, oldest first) into L1 layers and
     /// install them (steps 1-4 of the module comment).
-    async fn compact_l0s(&self, l0s: &[Arc<Layer>]) -> anyhow::Result<Vec<Arc<Layer>>> {
+    async fn compact_l0s(
+        &self,
+        l0s: &[Arc<Layer>],
+        progress: &Progress,
+    ) -> anyhow::Result<Vec<Arc<Layer>>> {
         assert!(!l0s.is_empty());
         let lsn_range = l0s[0].name.lsn_range.start..l0s[l0s.len() - 1].name.lsn_range.end;
         let files = Self::resident_files(l0s).await.context("download the L0s")?;
-        let written = self.merge_into_l1s(&files, lsn_range).await.context("write L1 layers")?;
+        let written =
+            self.merge_into_l1s(&files, lsn_range, progress).await.context("write L1 layers")?;
         if let Err(e) = failpoint("compaction::before-swap") {
             self.delete_replaced(&written).await;
             return Err(e.into());
@@ -178,9 +196,10 @@ impl Timeline {
         &self,
         l0s: &[Arc<LayerFile>],
         lsn_range: std::ops::Range<Lsn>,
+        progress: &Progress,
     ) -> anyhow::Result<Vec<Arc<Layer>>> {
         let mut written: Vec<Arc<Layer>> = Vec::new();
-        let res = self.merge_loop(l0s, lsn_range, &mut written).await;
+        let res = self.merge_loop(l0s, lsn_range, &mut written, progress).await;
         if let Err(e) = res {
             self.delete_replaced(&written).await;
             return Err(e);
@@ -193,6 +212,7 @@ impl Timeline {
         l0s: &[Arc<LayerFile>],
         lsn_range: std::ops::Range<Lsn>,
         written: &mut Vec<Arc<Layer>>,
+        progress: &Progress,
     ) -> anyhow::Result<()> {
         let mut inputs = Vec::with_capacity(l0s.len());
         let mut heap = BinaryHeap::with_capacity(l0s.len());
@@ -225,6 +245,7 @@ impl Timeline {
             }
             // Shutdown waits for this task: stop at the next batch.
             anyhow::ensure!(!self.cancel.is_cancelled(), "timeline is shutting down");
+            progress.add(batch_bytes);
             let values = read_batch_values(&inputs, &batch).await?;
             for (m, raw) in batch.iter().zip(values) {
                 let boundary = prev_key.is_some_and(|p| p != m.key);

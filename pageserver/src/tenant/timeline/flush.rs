@@ -178,6 +178,8 @@ impl Timeline {
             ancestor_lsn: self.ancestor.as_ref().map_or(Lsn(0), |a| a.lsn),
         };
         load::check_manifest(&md).context("the manifest about to be written is invalid")?;
+        // The index covers every transaction up to `lsn` before the manifest says `lsn`.
+        self.commit_times.persist(lsn).await?;
         md.persist(&self.conf.io_engine, &self.dir).await?;
         if let Some(remote) = &self.remote {
             remote.schedule_index_upload(md, self.wal_source());

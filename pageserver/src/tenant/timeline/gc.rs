@@ -73,6 +73,7 @@ impl Timeline {
         };
         failpoint("gc::before-manifest")?;
         self.persist_manifest().await.context("gc: persist the manifest")?;
+        self.commit_times.thin(cutoff).await.context("gc: thin the commit-time index")?;
         failpoint("gc::before-delete")?;
         self.delete_replaced(&removed).await;
         let bytes_removed = removed.iter().map(|l| l.file_size).sum();

@@ -34,6 +34,7 @@ use pageserver_api::key::{CompactKey, Key};
 use tracing::{info, warn};
 use utils::failpoint::failpoint;
 use utils::lsn::Lsn;
+use utils::progress::Progress;
 
 use super::super::storage_layer::layer::Layer;
 use super::super::storage_layer::layer_file::LayerFile;
@@ -46,11 +47,17 @@ use crate::metrics::compaction::{self as metrics, Task};
 impl Timeline {
     /// Write image layers where due (every range with `force`); returns
     /// (layers, bytes) written. The caller holds the maintenance lock.
-    pub(super) async fn create_image_layers(&self, force: bool) -> anyhow::Result<(usize, u64)> {
+    pub(super) async fn create_image_layers(
+        &self,
+        force: bool,
+        progress: &Progress,
+    ) -> anyhow::Result<(usize, u64)> {
         let started = Instant::now();
         let Some((image_lsn, ranges)) = self.image_candidates(force) else { return Ok((0, 0)) };
+        progress.set_total(ranges.len() as u64);
         let mut written = Vec::new();
         for range in ranges {
+            progress.add(1);
             match self.write_image_layer(range.clone(), image_lsn).await {
                 Ok(Some(layer)) => written.push(self.new_resident_layer(layer)),
                 Ok(None) => {}

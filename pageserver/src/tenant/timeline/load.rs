@@ -288,6 +288,7 @@ async fn remove_unlisted(
         if fname == METADATA_FILE
             || fname == super::wal_source::WAL_SOURCE_FILE
             || fname == super::lease::LEASES_FILE
+            || fname == crate::tenant::commit_times::COMMIT_TIMES_DIR
         {
             continue;
         }

@@ -83,6 +83,7 @@ pub use writer::TimelineWriter;
 
 use writer::WriterState;
 
+use super::commit_times::CommitTimes;
 use super::lsn_by_time::LsnTimeRecord;
 use super::metadata::TimelineMetadata;
 use super::remote_timeline::client::RemoteTimelineClient;
@@ -145,6 +146,8 @@ pub struct Timeline {
     data_checksums: cluster::ChecksumsKnown,
     /// Which LSN was durable when, as in the manifest (`lsn_by_time.rs`).
     lsn_by_time: Mutex<LsnTimeRecord>,
+    /// The end LSN and time of every transaction (`commit_times.rs`).
+    pub commit_times: CommitTimes,
     /// Set by the WAL receiver, read by the API.
     pub receiver_status: Mutex<ReceiverStatus>,
     /// The running WAL receiver, to stop it when the source is replaced.
@@ -233,6 +236,8 @@ impl Timeline {
         let wal_source = WalSource::load(&conf.io_engine, &dir).await?;
         let leases = LeaseMap::load(&conf.io_engine, &dir, SystemTime::now()).await?;
         let leases = LeaseStore::new(leases, conf.lsn_lease_length);
+        let commit_times =
+            CommitTimes::load(conf.io_engine.clone(), &dir, md.disk_consistent_lsn).await?;
         let tl = Arc::new(Timeline {
             tenant_id,
             timeline_id,
@@ -260,6 +265,7 @@ impl Timeline {
             gc_cutoff: AtomicU64::new(md.gc_cutoff.0),
             manifest_write: tokio::sync::Mutex::new(()),
             lsn_by_time: Mutex::new(md.lsn_by_time.clone()),
+            commit_times,
             data_checksums: cluster::ChecksumsKnown::default(),
             wal_source: Mutex::new(wal_source),
             receiver_status: Mutex::new(ReceiverStatus::default()),
@@ -414,6 +420,19 @@ impl Timeline {
 
     pub fn conf(&self) -> &StorageConf {
         &self.conf
+    }
+
+    /// Track a long operation on this timeline (listed in the tenant's
+    /// detail while the returned value lives).
+    pub fn start_progress(
+        &self,
+        operation: &'static str,
+        unit: &'static str,
+    ) -> Arc<utils::progress::Progress> {
+        let subject = format!("{}/{}", self.tenant_id, self.timeline_id);
+        let p = Arc::new(utils::progress::Progress::new(operation, unit, subject));
+        self.globals.operations.register(&p);
+        p
     }
 
     /// Process-wide storage state shared by all timelines.
