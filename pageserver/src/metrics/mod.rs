@@ -114,6 +114,8 @@ mod tests {
             lag_seconds: 0.0,
             reported: Default::default(),
             stopped: false,
+            diverged: false,
+            pg_tli: Some(1),
         }]);
         super::remote::REMOTE_CONSISTENT_LSN.with_label_values(&["t", "tl"]).set(0);
         let registered: std::collections::BTreeSet<String> =

@@ -166,7 +166,10 @@ mod tests {
         assert_eq!(check(Some(&root), &two, Lsn(0x5000000)), HistoryCheck::Start { tli: 2 });
         // Recorded 2, server moved on to 3.
         assert_eq!(check(Some(&two), &three, Lsn(0x6000000)), HistoryCheck::Start { tli: 2 });
-        assert_eq!(check(Some(&two), &three, Lsn(0x7000010)), HistoryCheck::Start { tli: 3 });
+        assert_eq!(check(Some(&two), &three, Lsn(0x7000000)), HistoryCheck::Start { tli: 3 });
+        // Recorded 2 past where the server's 2 ended: that WAL was 2's, not 3's.
+        let past = check(Some(&two), &three, Lsn(0x7000010));
+        assert!(matches!(past, HistoryCheck::Diverged(Divergence { old_tli: 2, .. })), "{past:?}");
         // Recorded 3 at a point still on 1 (crash right after a switch was recorded).
         assert_eq!(check(Some(&three), &three, Lsn(0x100)), HistoryCheck::Start { tli: 1 });
         // The old primary, still on 1, below where this timeline left 1.
@@ -221,6 +224,19 @@ mod tests {
         assert!(msg.contains("still on PostgreSQL timeline 1"), "{msg}");
         let three = h(3, "1\t0/5000000\tx\n2\t0/7000000\ty\n");
         let HistoryCheck::Behind(msg) = check(Some(&three), &two, Lsn(0x7000100)) else { panic!() };
+        assert!(
+            msg.contains(
+                "still on PostgreSQL timeline 2, which this timeline's WAL left at 0/7000000"
+            ),
+            "{msg}"
+        );
+        let four = h(4, "1\t0/5000000\tx\n2\t0/7000000\ty\n3\t0/8000000\tz\n");
+        let HistoryCheck::Behind(msg) = check(Some(&four), &two, Lsn(0x8000100)) else { panic!() };
+        assert!(msg.contains("still on PostgreSQL timeline 2"), "{msg}");
+        let three_from_1 = h(3, "1\t0/5000000\tx\n");
+        let HistoryCheck::Behind(msg) = check(Some(&three_from_1), &two, Lsn(0x6000000)) else {
+            panic!()
+        };
         assert!(msg.contains("server is on PostgreSQL timeline 2, behind timeline 3"), "{msg}");
     }
 }

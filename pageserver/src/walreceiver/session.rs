@@ -167,7 +167,8 @@ pub async fn run(
                 Streamed::Ended(end) => return Ok(end),
                 Streamed::TimelineEnded { next_tli, switch_lsn } => (next_tli, switch_lsn),
             };
-        drop(stream);
+        // The stream (which borrows the client) ended: the client takes
+        // commands again.
         let switched =
             switch::next_timeline(tl, &mut client, &mut decoder, tli, next_tli, switch_lsn);
         let Some(switched) = bounded(conf.timeout, switched).await else {
