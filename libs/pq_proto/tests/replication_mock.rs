@@ -174,6 +174,50 @@ async fn timeline_end_then_the_session_is_usable() {
     server.await.unwrap();
 }
 
+/// A status update due while the stream ends (the server's CopyDone read
+/// by a `recv` that was then cancelled, its ReadyForQuery not yet) sends
+/// nothing and is not an error; the end still arrives.
+#[tokio::test]
+async fn a_status_update_while_the_stream_ends_sends_nothing() {
+    let (url, server) = serve(|mut f: Fake| async move {
+        f.accept().await;
+        start_streaming(&mut f).await;
+        let mut out = BytesMut::new();
+        backend::copy_done(&mut out);
+        f.send(out).await;
+        assert_eq!(f.read().await.unwrap().0, b'c', "the client answers CopyDone");
+        // Held back while the client tries its status update.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut out = BytesMut::new();
+        backend::row_description(&mut out, &["next_tli", "next_tli_startpos"]);
+        backend::data_row(&mut out, &[Some("2"), Some("0/1000003")]);
+        backend::command_complete(&mut out, "SELECT");
+        backend::command_complete(&mut out, "START_REPLICATION");
+        backend::ready_for_query(&mut out);
+        f.send(out).await;
+        // The next message is the query: no CopyData after the CopyDone.
+        f.expect_query("IDENTIFY_SYSTEM").await;
+        let mut out = BytesMut::new();
+        identify_system_answer(&mut out);
+        f.send(out).await;
+    })
+    .await;
+    let mut repl = ReplicationClient::connect(&url).await.unwrap();
+    let mut stream = repl.start_replication(Some("s"), 0x100_0000, 1).await.unwrap();
+    assert!(matches!(stream.recv().await.unwrap(), ReplicationMessage::XLogData(_)));
+    assert!(matches!(stream.recv().await.unwrap(), ReplicationMessage::PrimaryKeepalive(_)));
+    let pending = tokio::time::timeout(Duration::from_millis(200), stream.recv()).await;
+    assert!(pending.is_err(), "the end is not complete yet: {pending:?}");
+    stream.send_standby_status(0x100_0003, 0x100_0003, 0, false).await.unwrap();
+    let end = StreamEnd::TimelineEnded {
+        next_timeline: Some(2),
+        next_timeline_start_lsn: Some(0x100_0003),
+    };
+    assert_eq!(stream.recv().await.unwrap(), ReplicationMessage::End(end));
+    assert_eq!(repl.identify_system().await.unwrap().timeline, 2);
+    server.await.unwrap();
+}
+
 #[tokio::test]
 async fn client_stop_discards_wal_in_flight() {
     let (url, server) = serve(|mut f: Fake| async move {

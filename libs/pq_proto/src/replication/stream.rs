@@ -198,6 +198,13 @@ impl<'a> ReplicationStream<'a> {
     /// up to `flush` (the slot's restart LSN follows it), applied up to
     /// `apply`; `reply_requested` asks the server for a keepalive back.
     /// Cancel-safe (see the module comment).
+    ///
+    /// While the stream is ending (a CopyDone was sent, the server's answer
+    /// is not read yet: a cancelled [`recv`](Self::recv) can leave it
+    /// there) no status is sent (only what is pending, such as our
+    /// CopyDone) and the call succeeds: after our CopyDone
+    /// the protocol allows no more CopyData, and the positions are
+    /// reported again on the next stream. After the end it is an error.
     pub async fn send_standby_status(
         &mut self,
         write: u64,
@@ -205,8 +212,12 @@ impl<'a> ReplicationStream<'a> {
         apply: u64,
         reply_requested: bool,
     ) -> Result<(), ClientError> {
-        if !matches!(self.phase, Phase::Streaming) {
-            return Err(ClientError::protocol("standby status after the end of the stream"));
+        match self.phase {
+            Phase::Streaming => {}
+            Phase::Ending { .. } => return self.client.flush().await,
+            Phase::Ended(_) => {
+                return Err(ClientError::protocol("standby status after the end of the stream"))
+            }
         }
         let now = PgTimestamp::now();
         put_copy_data_with(self.client.write_buf(), |out| {
