@@ -240,20 +240,31 @@ def expected_branch_id(timeline: str, switch: int, new_tli: int) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
 
+@pytest.mark.failpoints
 @pytest.mark.parametrize("cluster", [15], indirect=True, ids=["pg15"])
-def test_divergence_branches_and_follows(pageserver, cluster):
+def test_divergence_branches_and_follows(pageserver_factory, testing_pageserver_bin, cluster):
     """(b) with `on_divergence = branch`: the daemon creates by itself a
     branch of the diverged timeline at the switch LSN that follows the new
     primary (its own new slot there); the old timeline stays `diverged`,
-    names the branch and serves the old primary's table. A kill -9 and a
-    restart find the branch and make no second one; after a clean stop of
-    the new primary the branch's pages equal its files."""
+    names the branch and serves the old primary's table. A crash (`exit`)
+    right after the branch is created, before its slot and source, and a
+    later kill -9, each followed by a restart, find the branch and make no
+    second one; after a clean stop of the new primary the branch's pages
+    equal its files."""
     primary, standby = cluster
-    ps = pageserver
+    ps = pageserver_factory.create(binary=testing_pageserver_bin).start()
     http = ps.http_client()
+    http.configure_failpoints({"divergence-branch::after-create": "exit"})
     source = {"on_divergence": "branch"}
     tenant, timeline, _, switch, old_only, new_only = make_divergence(ps, primary, standby, source)
     branch = expected_branch_id(timeline, switch, 2)
+    deadline = time.monotonic() + 45
+    while ps.is_running():  # the crash right after the branch's creation
+        assert time.monotonic() < deadline, "the daemon did not reach the failpoint"
+        time.sleep(0.05)
+    ps.stop()  # reap the exited daemon
+    assert f"pageserver_{branch}" not in standby.psql("SELECT slot_name FROM pg_replication_slots")
+    ps.start()
     named = lambda i: f"continued in timeline {branch}" in (i["wal_source"]["last_error"] or "")  # noqa: E731
     info = wait_for(http, tenant, timeline, named, "the branch", timeout=45)
     assert info["wal_source"]["state"] == "diverged", info

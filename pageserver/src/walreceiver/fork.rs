@@ -83,11 +83,13 @@ pub async fn branch_at_divergence(
     let id = branch_id(tl.timeline_id, d.switch_lsn, d.new_tli);
     assert_ne!(id, tl.timeline_id);
     let branch = existing_or_new(tenant, tl, id, d.switch_lsn).await?;
+    utils::failpoint::failpoint("divergence-branch::after-create")?;
     if branch.wal_source().is_some() {
         return Ok(id); // recorded before a restart: start-up started its receiver
     }
     let slot = bootstrap::slot_name(None, id)?;
     ensure_slot(&source.connstring, &slot, conf).await?;
+    utils::failpoint::failpoint("divergence-branch::after-slot")?;
     let mut new =
         WalSource::new(source.connstring.clone(), slot, source.system_id, SlotOrigin::Created);
     new.on_divergence = source.on_divergence;
