@@ -9,7 +9,9 @@
   was promoted (the standby had stopped receiving) meets the new primary at
   the same address: the daemon detects the divergence, names both LSNs and
   both timelines, stops ingest, and still serves what it ingested, never
-  the new primary's WAL on top of it.
+  the new primary's WAL on top of it. With `on_divergence = branch` it
+  also creates, once across crashes, a branch at the switch LSN that
+  follows the new primary.
 """
 
 from __future__ import annotations
