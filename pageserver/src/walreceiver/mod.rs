@@ -282,7 +282,10 @@ async fn diverged(
                  one at {} that follows PostgreSQL timeline {}",
                 d.switch_lsn, d.new_tli
             ),
-            Err(e) => format!("{why}; on_divergence = branch: no branch was created: {e:#}"),
+            Err(e) => {
+                let id = fork::branch_id(tl.timeline_id, d.switch_lsn, d.new_tli);
+                format!("{why}; on_divergence = branch: branch {id} does not follow yet: {e:#}")
+            }
         };
     }
     error!("{why}");
