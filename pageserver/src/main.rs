@@ -225,7 +225,7 @@ async fn run(conf: Arc<PageServerConf>) -> anyhow::Result<()> {
     tenants.start_activation(Box::new(move |tenant| {
         for tl in tenant.list_timelines() {
             if let Some(source) = tl.wal_source() {
-                pageserver::walreceiver::start(&tl, source, on_active_conf.clone());
+                pageserver::walreceiver::start(tenant, &tl, source, on_active_conf.clone());
             }
         }
     }));

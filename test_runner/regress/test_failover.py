@@ -9,11 +9,14 @@
   was promoted (the standby had stopped receiving) meets the new primary at
   the same address: the daemon detects the divergence, names both LSNs and
   both timelines, stops ingest, and still serves what it ingested, never
-  the new primary's WAL on top of it.
+  the new primary's WAL on top of it. With `on_divergence = branch` it
+  also creates, once across crashes, a branch at the switch LSN that
+  follows the new primary.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import time
 
@@ -151,24 +154,20 @@ def relation(pg: VanillaPostgres, table: str) -> RelTag:
     return RelTag(0x67F, db, int(pg.psql(f"SELECT pg_relation_filenode('{table}')")), 0)
 
 
-def test_divergence_is_detected_never_mixed(pageserver, cluster):
-    """(b): the standby stops receiving, the old primary writes on (the
-    daemon follows it) and dies, the standby is promoted and takes over the
-    old primary's address, with a slot for the daemon. The daemon detects
-    that its WAL past the switch LSN belongs to a history that no longer
-    exists: state `diverged`, both LSNs and timelines named, one ERROR line,
-    a metric; it still serves what it ingested, and nothing of the new
-    primary. Today's code ingests the new primary's WAL on top instead."""
-    primary, standby = cluster
-    ps = pageserver
+def make_divergence(ps, primary: VanillaPostgres, standby: VanillaPostgres, source: dict):
+    """The standby stops receiving, the old primary writes on (the daemon
+    follows it with `source`) and dies, the standby is promoted, writes
+    `new_only` and takes over the old primary's address, with a slot for
+    the daemon. Returns (tenant, timeline, slot, switch LSN, old_only,
+    new_only)."""
     ps.allow_errors(*SERVER_GONE, r"the server's PostgreSQL timeline history diverged")
     primary.psql("CREATE TABLE common AS SELECT g FROM generate_series(1, 1000) g")
     http = ps.http_client()
     tenant = http.tenant_create()
-    info = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": {"connstring": connstring(primary)}})
+    source = {"connstring": connstring(primary), **source}
+    info = http._json("POST", f"/v1/tenant/{tenant}/timeline", json={"source": source})
     timeline = info["timeline_id"]
     slot = f"pageserver_{timeline}"
-    ids = {"tenant_id": tenant, "timeline_id": timeline}
     standby.wait_replayed(current_lsn(primary))
 
     standby.set_conf({"primary_conninfo": "''"})
@@ -179,8 +178,7 @@ def test_divergence_is_detected_never_mixed(pageserver, cluster):
         time.sleep(0.05)
     primary.psql("CREATE TABLE old_only AS SELECT g FROM generate_series(1, 1000) g")
     old_only = relation(primary, "old_only")
-    last = current_lsn(primary)
-    wait_for(http, tenant, timeline, caught_up(last), "the old primary's last WAL")
+    wait_for(http, tenant, timeline, caught_up(current_lsn(primary)), "the old primary's last WAL")
     primary.stop(mode="immediate")  # the old primary dies
 
     standby.promote()
@@ -192,11 +190,28 @@ def test_divergence_is_detected_never_mixed(pageserver, cluster):
     standby.set_conf({"port": str(primary.port)})  # the new primary takes the old one's address
     standby.port = primary.port
     standby.start()
+    return tenant, timeline, slot, switch, old_only, new_only
 
+
+def fmt(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def test_divergence_is_detected_never_mixed(pageserver, cluster):
+    """(b): the old primary's WAL past the standby's promotion was ingested
+    (`make_divergence`). The daemon detects that its WAL past the switch
+    LSN belongs to a history that no longer exists: state `diverged`, both
+    LSNs and timelines named, one ERROR line, a metric; it still serves
+    what it ingested, and nothing of the new primary. Today's code ingests
+    the new primary's WAL on top instead."""
+    primary, standby = cluster
+    ps = pageserver
+    http = ps.http_client()
+    tenant, timeline, slot, switch, old_only, new_only = make_divergence(ps, primary, standby, {})
+    ids = {"tenant_id": tenant, "timeline_id": timeline}
     info = wait_for(http, tenant, timeline, lambda i: i["wal_source"]["state"] == "diverged", "divergence", timeout=45)
     ingested = parse_lsn(info["last_record_lsn"])
     assert switch < ingested, f"the daemon ingested past the switch {switch:X}: {info}"
-    fmt = lambda lsn: f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"  # noqa: E731
     err = info["wal_source"]["last_error"]
     for needle in [f"diverged from the ingested WAL at {fmt(switch)}", "timeline 2's WAL", f"ingested timeline 1's up to {fmt(ingested)}"]:
         assert needle in err, err
@@ -219,3 +234,72 @@ def test_divergence_is_detected_never_mixed(pageserver, cluster):
     info = http._json("PUT", f"/v1/tenant/{tenant}/timeline/{timeline}/source", json=body)
     info = wait_for(http, tenant, timeline, lambda i: i["wal_source"]["state"] == "diverged", "divergence again", timeout=30)
     assert fmt(switch) in info["wal_source"]["last_error"] and parse_lsn(info["last_record_lsn"]) == ingested, info
+
+
+def expected_branch_id(timeline: str, switch: int, new_tli: int) -> str:
+    """`walreceiver::fork::branch_id`: deterministic, so a restart finds the branch."""
+    data = b"pageserver on_divergence branch v1\0" + bytes.fromhex(timeline) + switch.to_bytes(8, "big") + new_tli.to_bytes(4, "big")
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+@pytest.mark.failpoints
+@pytest.mark.parametrize("cluster", [15], indirect=True, ids=["pg15"])
+def test_divergence_branches_and_follows(pageserver_factory, testing_pageserver_bin, cluster):
+    """(b) with `on_divergence = branch`: the daemon creates by itself a
+    branch of the diverged timeline at the switch LSN that follows the new
+    primary (its own new slot there); the old timeline stays `diverged`,
+    names the branch and serves the old primary's table. A crash (`exit`)
+    right after the branch is created, before its slot and source, and a
+    later kill -9, each followed by a restart, find the branch and make no
+    second one; after a clean stop of the new primary the branch's pages
+    equal its files."""
+    primary, standby = cluster
+    ps = pageserver_factory.create(binary=testing_pageserver_bin).start()
+    http = ps.http_client()
+    http.configure_failpoints({"divergence-branch::after-create": "exit"})
+    source = {"on_divergence": "branch"}
+    tenant, timeline, _, switch, old_only, new_only = make_divergence(ps, primary, standby, source)
+    branch = expected_branch_id(timeline, switch, 2)
+    deadline = time.monotonic() + 45
+    while ps.is_running():  # the crash right after the branch's creation
+        assert time.monotonic() < deadline, "the daemon did not reach the failpoint"
+        time.sleep(0.05)
+    ps.stop()  # reap the exited daemon
+    assert f"pageserver_{branch}" not in standby.psql("SELECT slot_name FROM pg_replication_slots")
+    ps.start()
+    named = lambda i: f"continued in timeline {branch}" in (i["wal_source"]["last_error"] or "")  # noqa: E731
+    info = wait_for(http, tenant, timeline, named, "the branch", timeout=45)
+    assert info["wal_source"]["state"] == "diverged", info
+    assert f"a branch of this one at {fmt(switch)} that follows PostgreSQL timeline 2" in info["wal_source"]["last_error"], info
+    ingested = parse_lsn(info["last_record_lsn"])
+    assert switch < ingested, info
+
+    b = http.timeline_get(tenant, branch)
+    assert b["ancestor_timeline_id"] == timeline and b["ancestor_lsn"] == fmt(switch), b
+    assert b["wal_source"]["slot"] == f"pageserver_{branch}" and b["wal_source"]["on_divergence"] == "branch", b
+    assert f"pageserver_{branch}" in standby.psql("SELECT slot_name FROM pg_replication_slots")
+    wait_for(http, tenant, branch, caught_up(current_lsn(standby)), "the branch following the new primary")
+
+    def check_old():
+        with ps.pagestream(tenant, timeline) as c:
+            resp = c.nblocks(old_only, lsn=ingested)
+            assert isinstance(resp, NblocksResponse) and resp.n_blocks > 0, resp
+            resp = c.exists(new_only, lsn=ingested)
+            assert not (isinstance(resp, ExistsResponse) and resp.exists), resp
+        assert parse_lsn(http.timeline_get(tenant, timeline)["last_record_lsn"]) == ingested
+
+    check_old()
+    ps.kill()  # kill -9, then the old timeline diverges again and finds its branch
+    ps.start()
+    info = wait_for(http, tenant, timeline, named, "the branch after kill -9", timeout=45)
+    timelines = sorted(t["timeline_id"] for t in http._json("GET", f"/v1/tenant/{tenant}/timeline"))
+    assert timelines == sorted([timeline, branch]), timelines
+    check_old()
+
+    standby.psql("CREATE TABLE after_branch AS SELECT g FROM generate_series(1, 1000) g")
+    standby.stop()  # clean: the shutdown checkpoint is flushed
+    standby.start()
+    assert_matches(ps, tenant, branch, standby, "the branch after the divergence, a kill -9 and a clean stop")
+    with ps.pagestream(tenant, branch) as c:
+        resp = c.exists(new_only, lsn=current_lsn(standby))
+        assert isinstance(resp, ExistsResponse) and resp.exists, resp

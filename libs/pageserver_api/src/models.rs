@@ -186,8 +186,9 @@ pub enum OnDivergence {
     /// Stop ingest (state `diverged`); what was ingested stays readable.
     #[default]
     Stop,
-    /// Create a branch at the switch LSN that follows the new history
-    /// (needs branches: until then, stops as `stop` does and says so).
+    /// Stop as `stop` does, and create a branch at the switch LSN (with
+    /// its own new slot) that follows the new history; `last_error` of the
+    /// diverged timeline names it.
     Branch,
 }
 

@@ -11,6 +11,8 @@
 //! a detach's uploads did not finish in time (naming the timeline and the
 //! LSNs; the tenant stays attached) or another change of the tenant runs.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::Json;
 use pageserver_api::models::{LocationConfigMode, LocationConfigRequest};
@@ -70,10 +72,10 @@ fn location_mode(req: &LocationConfigRequest) -> Result<LocationMode, ApiError> 
 }
 
 /// The receivers of the tenant's timelines that follow a primary.
-fn start_wal_receivers(tenant: &Tenant, state: &HttpState) {
+fn start_wal_receivers(tenant: &Arc<Tenant>, state: &HttpState) {
     for tl in tenant.list_timelines() {
         if let Some(source) = tl.wal_source() {
-            crate::walreceiver::start(&tl, source, state.walreceiver.clone());
+            crate::walreceiver::start(tenant, &tl, source, state.walreceiver.clone());
         }
     }
 }

@@ -244,9 +244,10 @@ pub async fn set_source(
     TimelinePath(tenant_id, timeline_id): TimelinePath,
     JsonBody(req): JsonBody<WalSourceRequest>,
 ) -> Result<Json<TimelineInfo>, ApiError> {
+    let tenant = state.tenants.get_tenant(tenant_id)?;
     let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
     let source = bootstrap::attach_source(&state.tenants, &tl, req, &state.walreceiver).await?;
-    crate::walreceiver::start(&tl, source, state.walreceiver.clone());
+    crate::walreceiver::start(&tenant, &tl, source, state.walreceiver.clone());
     Ok(Json(timeline_info(&tl)))
 }
 

@@ -181,7 +181,7 @@ pub async fn create_following_timeline(
     let result = backup_and_import(&mut client, &tenant, timeline_id, source.clone()).await;
     match result {
         Ok((tl, source)) => {
-            super::start(&tl, source, conf);
+            super::start(&tenant, &tl, source, conf);
             Ok(tl)
         }
         Err(e) => {

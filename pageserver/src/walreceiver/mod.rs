@@ -41,8 +41,11 @@
 //! [`SessionEnd::Diverged`]: like a refusal, not retried. The state is
 //! `diverged`, `last_error` names both LSNs and both TLIs, one ERROR line
 //! is logged, `pageserver_wal_source_diverged` is 1; what was ingested
-//! stays readable. With `on_divergence = branch` the daemon would go on in
-//! a branch at the fork ([`branch_at_divergence`]).
+//! stays readable. With `on_divergence = branch` the daemon goes on in a
+//! branch at the fork that follows the server's history (`fork.rs`, which
+//! states the task contract), and `last_error` names it. For that the
+//! receiver holds a `Weak` of its tenant (the tenant owns the timeline,
+//! which owns the task: a strong one would be a cycle).
 //!
 //! Stopping: each receiver has its own token (a child of the timeline's),
 //! so `PUT .../source` can stop it ([`stop`]) and start another.
@@ -54,13 +57,14 @@
 //! from there.
 
 pub mod bootstrap;
+pub mod fork;
 pub mod history;
 mod session;
 pub mod slots;
 mod status;
 mod switch;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -69,7 +73,7 @@ use tracing::{error, info, warn, Instrument};
 use crate::metrics::walreceiver::{FollowerSample, METRICS};
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::timeline::wal_source::{ReceiverTask, WalSource};
-use crate::tenant::Timeline;
+use crate::tenant::{Tenant, Timeline};
 use history::Divergence;
 use pageserver_api::models::OnDivergence;
 
@@ -110,7 +114,14 @@ impl Default for WalReceiverConf {
 /// Start the receiver of `tl` for `source`. It runs until the timeline's
 /// `cancel` fires or [`stop`] stops it; one that runs already is stopped
 /// first (without waiting: use [`stop`] to wait).
-pub fn start(tl: &Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) {
+/// `tenant` is the timeline's (for `on_divergence = branch`).
+pub fn start(
+    tenant: &Arc<Tenant>,
+    tl: &Arc<Timeline>,
+    source: WalSource,
+    conf: Arc<WalReceiverConf>,
+) {
+    debug_assert_eq!(tenant.id(), tl.tenant_id);
     let span = tracing::info_span!(
         "walreceiver",
         tenant_id = %tl.tenant_id,
@@ -121,10 +132,11 @@ pub fn start(tl: &Arc<Timeline>, source: WalSource, conf: Arc<WalReceiverConf>) 
         old.cancel.cancel();
     }
     let tl2 = Arc::clone(tl);
+    let tenant = Arc::downgrade(tenant);
     tl.spawn_background(
         async move {
             let _done = task.done.drop_guard();
-            run(tl2, source, conf, task.cancel).await
+            run(tenant, tl2, source, conf, task.cancel).await
         }
         .instrument(span),
     );
@@ -144,7 +156,7 @@ pub fn start_all(tenants: &TenantManager, conf: &Arc<WalReceiverConf>) {
     for tenant in tenants.list_tenants() {
         for tl in tenant.list_timelines() {
             if let Some(source) = tl.wal_source() {
-                start(&tl, source, Arc::clone(conf));
+                start(&tenant, &tl, source, Arc::clone(conf));
             }
         }
     }
@@ -178,6 +190,7 @@ pub fn refresh_metrics(tenants: &TenantManager) {
 }
 
 async fn run(
+    tenant: Weak<Tenant>,
     tl: Arc<Timeline>,
     source: WalSource,
     conf: Arc<WalReceiverConf>,
@@ -208,8 +221,10 @@ async fn run(
                 return;
             }
             Ok(SessionEnd::Diverged(d)) => {
-                diverged(&tl, &source, &d);
-                return;
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = diverged(&tenant, &tl, &source, &d, &conf) => return,
+                }
             }
             Ok(SessionEnd::Stalled(what)) => {
                 warn!("{what} (wal_receiver_timeout); reconnecting in {backoff:?}");
@@ -241,25 +256,40 @@ async fn run(
 }
 
 /// Ingest stops for good: one ERROR line, the state and reason for the
-/// timeline detail (`on_divergence = branch` says why it did not branch).
-fn diverged(tl: &Timeline, source: &WalSource, d: &Divergence) {
+/// timeline detail; with `on_divergence = branch`, the branch that goes on
+/// (or why there is none). Not cancel-safe by itself: see `fork.rs`.
+async fn diverged(
+    tenant: &Weak<Tenant>,
+    tl: &Timeline,
+    source: &WalSource,
+    d: &Divergence,
+    conf: &Arc<WalReceiverConf>,
+) {
     let mut why = d.to_string();
     if source.on_divergence == OnDivergence::Branch {
-        if let Err(e) = branch_at_divergence(tl, d) {
-            why = format!("{why}; {e:#}");
+        {
+            let mut status = tl.receiver_status.lock().unwrap();
+            status.last_error = Some(format!("{why}; on_divergence = branch: creating the branch"));
+            status.state = "diverged";
         }
+        let branched = match tenant.upgrade() {
+            Some(tenant) => fork::branch_at_divergence(&tenant, tl, source, d, conf).await,
+            None => Err(anyhow::anyhow!("the tenant is shutting down")),
+        };
+        why = match branched {
+            Ok(id) => format!(
+                "{why}; on_divergence = branch: continued in timeline {id}, a branch of this \
+                 one at {} that follows PostgreSQL timeline {}",
+                d.switch_lsn, d.new_tli
+            ),
+            Err(e) => {
+                let id = fork::branch_id(tl.timeline_id, d.switch_lsn, d.new_tli);
+                format!("{why}; on_divergence = branch: branch {id} does not follow yet: {e:#}")
+            }
+        };
     }
     error!("{why}");
     let mut status = tl.receiver_status.lock().unwrap();
     status.last_error = Some(why);
     status.state = "diverged";
-}
-
-/// `on_divergence = branch`: a new timeline at `d.switch_lsn` that follows
-/// the server's history from there. It needs branches (timelines whose
-/// pages at or below an LSN are their ancestor's), which this build does
-/// not have yet: until it does, the error says so and ingest stops as with
-/// `on_divergence = stop`.
-fn branch_at_divergence(_tl: &Timeline, _d: &Divergence) -> anyhow::Result<()> {
-    anyhow::bail!("on_divergence = branch needs branches")
 }
