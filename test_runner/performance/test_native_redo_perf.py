@@ -209,7 +209,7 @@ def streaming_from(ps) -> int:
     """The LSN the daemon's latest replication session started from."""
     lsn = None
     for line in ps.log_lines():
-        if m := re.search(r"streaming from ([0-9A-F]+/[0-9A-F]+)", line):
+        if m := re.search(r"streaming (?:PostgreSQL timeline \d+ )?from ([0-9A-F]+/[0-9A-F]+)", line):
             lsn = m.group(1)
     assert lsn is not None, "no 'streaming from' line in the daemon's log"
     return parse_lsn(lsn)

@@ -17,9 +17,10 @@ import pytest
 from fixtures.backup import fetch_backup, restore, table_checksums
 from fixtures.compare import ImportedTimeline, compare_all, import_backup
 from fixtures.http import PageserverApiError
+from fixtures.utils import fmt_lsn
 from fixtures.pagestream import GetPageResponse
 from fixtures.remote import newest_index, remote_pageserver, wait_attached, wait_uploaded
-from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
+from fixtures.vanilla_pg import started_primary
 from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary, follow_primary, relation_files
 from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, assert_matches, checkpoint_lsn, wait_for_lsn
 
@@ -27,22 +28,9 @@ from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, assert_matches, chec
 MANUAL = {"compaction_period": "0 s", "gc_period": "0 s", "pitr_interval": "0 s", "compaction_threshold": 2}
 
 
-def fmt_lsn(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
-
-
 @pytest.fixture(params=[15, 18], ids=lambda v: f"pg{v}")
 def primary(request, test_output_dir, port_distributor):
-    major = request.param
-    bin_dir = pg_bin_dir(major)
-    if bin_dir is None:
-        pytest.fail(f"PostgreSQL {major} is not installed: run scripts/install-test-deps.sh")
-    pg = VanillaPostgres(test_output_dir / f"pg{major}", port_distributor.get(), bin_dir=bin_dir)
-    pg.major = major
-    pg.init({**PRIMARY_SETTINGS, "wal_compression": "pglz"}, checksums=True).start()
-    yield pg
-    pg.stop(mode="immediate")
-    pg.release()
+    yield from started_primary(request.param, test_output_dir, port_distributor.get(), {**PRIMARY_SETTINGS, "wal_compression": "pglz"}, checksums=True)
 
 
 def branch_pages(ps, tenant: str, timeline: str, rels: dict, lsn: int) -> dict:

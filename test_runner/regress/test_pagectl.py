@@ -28,23 +28,14 @@ from fixtures.pagectl import api, pagectl
 from fixtures.pagestream import parse_lsn
 from fixtures.tcp_proxy import TcpProxy
 from fixtures.pageserver import pagectl_bin
-from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
+from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir, started_primary
 from test_basebackup import fmt_lsn
 from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, wait_for_lsn
 
 
 @pytest.fixture(params=[15, 18], ids=lambda v: f"pg{v}")
 def primary(request, test_output_dir, port_distributor):
-    major = request.param
-    bin_dir = pg_bin_dir(major)
-    if bin_dir is None:
-        pytest.fail(f"PostgreSQL {major} is not installed: run scripts/install-test-deps.sh")
-    pg = VanillaPostgres(test_output_dir / f"pg{major}", port_distributor.get(), bin_dir=bin_dir)
-    pg.major = major
-    pg.init(PRIMARY_SETTINGS, checksums=True).start()
-    yield pg
-    pg.stop(mode="immediate")
-    pg.release()
+    yield from started_primary(request.param, test_output_dir, port_distributor.get(), PRIMARY_SETTINGS, checksums=True)
 
 
 def follow(ps, pg) -> tuple[str, str]:
