@@ -37,7 +37,7 @@ from fixtures.wal_compare import follow_primary
 
 pytestmark = pytest.mark.perf
 
-PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|starting up|terminating|57P0[1-3])"]
+PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|closed the connection|shutting down|starting up|terminating|57P0[1-3])"]
 # Records after the image, per table.
 PAGES = {"image": 0, "hot1": 1, "hot100": 100, "hot10000": 10_000}
 CONFIGS = {"bounded": {}, "unbounded": {"max_record_chain": 1_000_000}}

@@ -33,7 +33,7 @@ SETTINGS = {
 }
 # The old primary stops or goes away while the daemon follows it or the standby.
 SERVER_GONE = [
-    r"replication failed: .*(Connection refused|connection closed|shutting down|starting up|terminating|57P0[1-3])",
+    r"replication failed: .*(Connection refused|connection closed|closed the connection|shutting down|starting up|terminating|57P0[1-3])",
 ]
 
 

@@ -37,7 +37,7 @@ FULL_DISK_ERRORS = [
     rf"compaction failed, will retry: .*{NOSPC}",
     rf"could not remove .*{NOSPC}",
 ]
-PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|terminating|57P0[1-3])"]
+PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|closed the connection|shutting down|terminating|57P0[1-3])"]
 
 
 def free_bytes(path) -> int:

@@ -16,7 +16,7 @@ from fixtures.http import PageserverApiError
 from fixtures.wal_compare import follow_primary
 
 # The followed primary stops at teardown (or in the test).
-PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|terminating|57P0[1-3])"]
+PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|closed the connection|shutting down|terminating|57P0[1-3])"]
 SETTINGS = {"max_replication_slots": "6", "wal_consistency_checking": "'all'"}
 
 

@@ -105,7 +105,7 @@ def assert_matches(ps, tenant, timeline, pg, what: str) -> None:
 
 
 # The primary stops (restart, teardown) while the daemon follows it.
-PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|shutting down|starting up|terminating|57P0[1-3])"]
+PRIMARY_GONE = [r"replication failed: .*(Connection refused|connection closed|closed the connection|shutting down|starting up|terminating|57P0[1-3])"]
 
 
 def test_follow_primary_pages_match(pageserver, primary):
