@@ -60,16 +60,7 @@ pub(super) async fn load_layers(
     remote: Option<&Arc<RemoteTimelineClient>>,
 ) -> anyhow::Result<Loaded> {
     let engine = &conf.io_engine;
-    let (mut md, from_v1) = match TimelineMetadata::load(engine, dir).await? {
-        Decoded::Manifest(md) => (md, false),
-        Decoded::V1(md) => (md, true),
-    };
-    let listing = engine.read_dir(dir).await?;
-    if from_v1 {
-        md.layers = layers_from_listing(engine, dir, &listing, md.disk_consistent_lsn).await?;
-        md.empty_strata = v1_gaps(&md)?;
-    }
-    let names = check_manifest(&md)?;
+    let Manifest { md, from_v1, listing, names } = read_manifest(engine, dir).await?;
     remove_unlisted(engine, dir, &listing, &names).await?;
     let mut layers = Vec::with_capacity(md.layers.len());
     for (entry, name) in md.layers.iter().zip(&names) {
@@ -140,16 +131,7 @@ pub async fn verify_dir(
     dir: &Path,
     (tenant_id, timeline_id): (TenantId, TimelineId),
 ) -> anyhow::Result<DirReport> {
-    let (mut md, from_v1) = match TimelineMetadata::load(engine, dir).await? {
-        Decoded::Manifest(md) => (md, false),
-        Decoded::V1(md) => (md, true),
-    };
-    let listing = engine.read_dir(dir).await?;
-    if from_v1 {
-        md.layers = layers_from_listing(engine, dir, &listing, md.disk_consistent_lsn).await?;
-        md.empty_strata = v1_gaps(&md)?;
-    }
-    let names = check_manifest(&md)?;
+    let Manifest { md, listing, names, .. } = read_manifest(engine, dir).await?;
     for entry in &md.layers {
         let path = dir.join(&entry.name);
         if !listing.iter().any(|e| e.name_lossy() == entry.name) {
@@ -205,6 +187,32 @@ fn remote_only(
             path.display()
         ),
     }
+}
+
+/// A timeline directory's manifest as start-up reads it, checked.
+struct Manifest {
+    md: TimelineMetadata,
+    /// A version-1 file: its layer list came from the directory.
+    from_v1: bool,
+    listing: Vec<io_engine::DirEntry>,
+    /// The layer names of `md.layers`, in order.
+    names: Vec<LayerName>,
+}
+
+/// Read and check the manifest in `dir` (start-up and `verify_dir`): a
+/// version-1 file gets its layers and gaps from the directory listing.
+async fn read_manifest(engine: &IoEngine, dir: &Path) -> anyhow::Result<Manifest> {
+    let (mut md, from_v1) = match TimelineMetadata::load(engine, dir).await? {
+        Decoded::Manifest(md) => (md, false),
+        Decoded::V1(md) => (md, true),
+    };
+    let listing = engine.read_dir(dir).await?;
+    if from_v1 {
+        md.layers = layers_from_listing(engine, dir, &listing, md.disk_consistent_lsn).await?;
+        md.empty_strata = v1_gaps(&md)?;
+    }
+    let names = check_manifest(&md)?;
+    Ok(Manifest { md, from_v1, listing, names })
 }
 
 /// Parse and check the listed names and levels against the layer map's
