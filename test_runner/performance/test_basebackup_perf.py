@@ -27,6 +27,7 @@ from fixtures.compare import ImportedTimeline
 from fixtures.pageserver import TEST_OUTPUT
 from fixtures.pagestream import parse_lsn
 from fixtures.vanilla_pg import VanillaPostgres
+from fixtures.utils import fmt_lsn
 
 pytestmark = pytest.mark.perf
 
@@ -36,10 +37,6 @@ LATENCY_RUNS = 5
 
 def scales(request) -> list[int]:
     return [1] if request.config.getoption("--perf-smoke") else [10, 100]
-
-
-def fmt_lsn(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
 
 def time_basebackup(ps, tenant: str, timeline: str, *flags: str) -> tuple[list[float], int]:

@@ -25,14 +25,11 @@ import pytest
 from fixtures.compare import import_backup
 from fixtures.pagebench import run_pagebench
 from fixtures.pageserver import TEST_OUTPUT
+from fixtures.utils import fmt_lsn
 
 pytestmark = pytest.mark.perf
 
 PAGE = 8192
-
-
-def lsn_str(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
 
 def lsn_int(s: str) -> int:
@@ -93,7 +90,7 @@ def test_read_amplification(pageserver_factory, testing_pageserver_bin, pgbench_
     for _ in range(flushes):
         lsn += 0x1000
         images = {k: rng.randbytes(PAGE) for k in rng.sample(keys, 64)}
-        http.testing_ingest(t, tl, lsn_str(lsn), images)
+        http.testing_ingest(t, tl, fmt_lsn(lsn), images)
         http.timeline_checkpoint(t, tl)
     ingest_s = time.monotonic() - started
     # Let background compaction catch up (the L0s of the last few flushes stay).

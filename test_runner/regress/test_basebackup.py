@@ -22,13 +22,10 @@ from fixtures.libpq import ServerError
 from fixtures.pagestream import parse_lsn
 from fixtures.vanilla_pg import PG_BIN_DIRS
 from fixtures.wal_compare import follow_primary
+from fixtures.utils import fmt_lsn
 from test_wal_ingest import PRIMARY_GONE, primary, wait_for_lsn  # noqa: F401 (fixture)
 
 WAL_SEG = 16 << 20
-
-
-def fmt_lsn(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
 
 def normalize(lsn: int) -> int:

@@ -15,7 +15,8 @@ import pytest
 from fixtures.backup import fetch_backup, restore
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import follow_primary
-from test_basebackup import caught_up, fmt_lsn
+from fixtures.utils import fmt_lsn
+from test_basebackup import caught_up
 from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, WAL_COMPRESSION
 
 # A non-immediate checkpoint sleeps 100 ms after each buffer it writes while

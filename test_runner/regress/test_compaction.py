@@ -15,14 +15,11 @@ import pytest
 
 from fixtures.compare import compare_all, import_backup
 from fixtures.http import PageserverApiError
+from fixtures.utils import fmt_lsn
 from test_crash_restart import FAILPOINTS
 
 # Background tasks off: the tests run compaction and GC themselves.
 MANUAL = {"compaction_period": "0 s", "gc_period": "0 s", "pitr_interval": "0 s"}
-
-
-def lsn_str(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
 
 def lsn_int(s: str) -> int:
@@ -54,7 +51,7 @@ class History:
             first = not any(self.versions.values())
             chosen = self.keys if first else self.rng.sample(self.keys, keys_per_round)
             images = {k: os.urandom(2000) + self.lsn.to_bytes(8, "little") + k.encode() for k in chosen}
-            self.http.testing_ingest(self.tenant, self.timeline, lsn_str(self.lsn), images)
+            self.http.testing_ingest(self.tenant, self.timeline, fmt_lsn(self.lsn), images)
             for k, v in images.items():
                 self.versions[k].append((self.lsn, v))
             self.http.timeline_checkpoint(self.tenant, self.timeline)
@@ -77,8 +74,8 @@ class History:
                 want = self.expected(k, lsn)
                 if want is None:
                     continue
-                got = self.http.testing_get(self.tenant, self.timeline, k, lsn_str(lsn))
-                assert got == want, f"key {k} at {lsn_str(lsn)}: served {got.hex()}, wrote {want.hex()}"
+                got = self.http.testing_get(self.tenant, self.timeline, k, fmt_lsn(lsn))
+                assert got == want, f"key {k} at {fmt_lsn(lsn)}: served {got.hex()}, wrote {want.hex()}"
                 reads += 1
         return reads
 
@@ -128,7 +125,7 @@ def test_history_through_compaction_images_and_gc(pageserver_factory, testing_pa
 
     # A lease in the middle of the history holds GC back to it.
     lease_lsn = h.lsns()[len(h.lsns()) // 2]
-    http._json("POST", f"/v1/tenant/{t}/timeline/{tl}/lsn_lease", json={"lsn": lsn_str(lease_lsn)})
+    http._json("POST", f"/v1/tenant/{t}/timeline/{tl}/lsn_lease", json={"lsn": fmt_lsn(lease_lsn)})
     held = http.timeline_gc(t, tl, gc_horizon=0)
     assert lsn_int(held["gc_cutoff"]) <= lease_lsn, held
     h.check(from_lsn=lease_lsn)
@@ -143,8 +140,8 @@ def test_history_through_compaction_images_and_gc(pageserver_factory, testing_pa
     h.check(from_lsn=cutoff)
     below = cutoff - 1
     with pytest.raises(PageserverApiError) as e:
-        http.testing_get(t, tl, h.keys[0], lsn_str(below))
-    assert e.value.status == 400 and lsn_str(cutoff) in e.value.msg, e.value.msg
+        http.testing_get(t, tl, h.keys[0], fmt_lsn(below))
+    assert e.value.status == 400 and fmt_lsn(cutoff) in e.value.msg, e.value.msg
 
     ps.stop()
     ps.start()

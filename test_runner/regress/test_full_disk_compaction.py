@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from fixtures.http import PageserverApiError
+from fixtures.utils import fmt_lsn
 
 TMPFS_BYTES = 48 << 20
 # Background tasks off: the test runs compaction itself.
@@ -23,10 +24,6 @@ ROUNDS = 8
 KEYS_PER_ROUND = 48
 # What the failed compaction may leave used (metadata, allocation slack).
 SLACK_BYTES = 256 << 10
-
-
-def lsn_str(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
 
 def lsn_int(s: str) -> int:
@@ -80,7 +77,7 @@ def test_compaction_out_of_space_removes_its_files(pageserver_factory, tmpfs_wor
     for _ in range(ROUNDS):  # one L0 each
         lsn += 0x100
         images = {rel_key(rng.randrange(512)): rng.randbytes(8192) for _ in range(KEYS_PER_ROUND)}
-        http.testing_ingest(tenant, timeline, lsn_str(lsn), images)
+        http.testing_ingest(tenant, timeline, fmt_lsn(lsn), images)
         latest.update(images)
         http.timeline_checkpoint(tenant, timeline)
 
@@ -105,5 +102,5 @@ def test_compaction_out_of_space_removes_its_files(pageserver_factory, tmpfs_wor
     report = http.timeline_compact(tenant, timeline, force_l0=True)
     assert report["l0_layers_compacted"] >= ROUNDS and report["l1_layers_written"] >= 1, report
     for key, want in latest.items():
-        assert http.testing_get(tenant, timeline, key, lsn_str(lsn)) == want, key
+        assert http.testing_get(tenant, timeline, key, fmt_lsn(lsn)) == want, key
     assert ps.temp_files() == []

@@ -18,14 +18,11 @@ from fixtures.compare import import_backup
 from fixtures.http import PageserverApiError
 from fixtures.libpq import ServerError, encode_message, parse_error_fields
 from fixtures.pagestream import parse_lsn
+from fixtures.utils import fmt_lsn
 
 UNKNOWN = "00000000000000000000000000000001"
 # Background tasks off; GC keeps nothing beyond its horizon.
 MANUAL = {"compaction_period": "0 s", "gc_period": "0 s", "pitr_interval": "0 s"}
-
-
-def fmt_lsn(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
 
 def fullbackup_path(tenant: str, timeline: str) -> str:

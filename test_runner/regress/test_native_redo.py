@@ -32,13 +32,10 @@ from fixtures.backup import fetch_backup, restore, table_checksums
 from fixtures.pagestream import RelTag, parse_lsn
 from fixtures.vanilla_pg import PG_BIN_DIRS, VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import checksum_valid, compare_slru_with_primary, compare_with_primary, follow_primary
+from fixtures.utils import fmt_lsn
 from test_wal_ingest import PRIMARY_GONE, WAL_COMPRESSION, wait_for_lsn
 
 WAL_SEG = 16 << 20
-
-
-def fmt_lsn(v: int) -> str:
-    return f"{v >> 32:X}/{v & 0xFFFFFFFF:X}"
 
 
 @pytest.fixture(params=[15, 16, 17, 18], ids=lambda v: f"pg{v}")

@@ -50,9 +50,9 @@ from fixtures.remote import (
     wait_attached,
     wait_uploaded,
 )
-from fixtures.utils import wait_until
+from fixtures.utils import fmt_lsn, wait_until
 from fixtures.wal_compare import compare_with_primary, follow_primary
-from test_compaction import MANUAL, History, lsn_str
+from test_compaction import MANUAL, History
 from test_wal_ingest import PRIMARY_GONE, PRIMARY_SETTINGS, WORKLOAD, assert_matches, checkpoint_lsn, wait_for_lsn
 
 # Autovacuum off: the primary's files change only by the test's own writes
@@ -298,8 +298,8 @@ def check_up_to(h: History, http, upto: int) -> int:
             want = h.expected(k, lsn)
             if want is None:
                 continue
-            got = http.testing_get(h.tenant, h.timeline, k, lsn_str(lsn))
-            assert got == want, f"key {k} at {lsn_str(lsn)}: served {got[:16].hex()}..., wrote {want[:16].hex()}..."
+            got = http.testing_get(h.tenant, h.timeline, k, fmt_lsn(lsn))
+            assert got == want, f"key {k} at {fmt_lsn(lsn)}: served {got[:16].hex()}..., wrote {want[:16].hex()}..."
             reads += 1
     return reads
 

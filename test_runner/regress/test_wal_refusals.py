@@ -17,7 +17,8 @@ from fixtures.backup import fetch_backup, restore
 from fixtures.pagestream import parse_lsn
 from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
 from fixtures.wal_compare import follow_primary
-from test_basebackup import caught_up, fmt_lsn
+from fixtures.utils import fmt_lsn
+from test_basebackup import caught_up
 from test_wal_ingest import PRIMARY_SETTINGS
 
 # The slot is dropped while the primary runs with wal_level = minimal (a
