@@ -123,20 +123,29 @@ impl Preamble {
 /// How the importer sees an entry. A tablespace symlink is noted in
 /// `links`: the tablespace's relations must come in an archive of their own
 /// (a `BASE_BACKUP`), else the timeline would silently lack them
-/// ([`check_tablespace_links`]).
-fn classify_entry(entry: &Entry, links: &mut Vec<(String, String)>) -> PgFile {
-    match &entry.kind {
+/// ([`check_tablespace_links`], at the end). A stream of one plain tar
+/// (`archives` empty: no `TarPart::Archive`) can have no such archive: its
+/// link is refused at once.
+fn classify_entry(
+    entry: &Entry,
+    links: &mut Vec<(String, String)>,
+    archives: &[String],
+) -> Result<PgFile, ImportError> {
+    Ok(match &entry.kind {
         EntryKind::File => classify(&entry.path, false),
         EntryKind::Dir => classify(&entry.path, true),
         EntryKind::Symlink(target) => {
             if entry.path.starts_with("pg_tblspc/") {
                 links.push((entry.path.clone(), target.clone()));
+                if archives.is_empty() {
+                    check_tablespace_links(links, archives)?;
+                }
             }
             debug!("skipping symlink {} -> {target}", entry.path);
             PgFile::Other
         }
         EntryKind::HardLink(_) | EntryKind::Other(_) => PgFile::Other,
-    }
+    })
 }
 
 /// Every `pg_tblspc/<oid>` symlink has its tablespace's archive (prefix
@@ -273,7 +282,7 @@ where
             break;
         };
         pre.check_duplicate(&entry)?;
-        match classify_entry(&entry, &mut pre.links) {
+        match classify_entry(&entry, &mut pre.links, tar.archives())? {
             PgFile::BackupLabel => {
                 let text = utf8(&entry, &read_small(&mut tar, &entry, SMALL_FILE_LIMIT).await?)?;
                 let label = parse_backup_label(&text)
@@ -373,7 +382,7 @@ where
                 return Err(ImportError::Tenant(TenantError::ShuttingDown));
             }
             pre.check_duplicate(&entry)?;
-            match classify_entry(&entry, &mut pre.links) {
+            match classify_entry(&entry, &mut pre.links, tar.archives())? {
                 PgFile::Control => {
                     pre.control = Some(read_small(tar, &entry, SMALL_FILE_LIMIT).await?)
                 }

@@ -93,8 +93,11 @@ async fn skips_unread_data() {
     assert!(r.next_entry().await.unwrap().is_none());
 }
 
+/// (path, data, ended) per file the observer was shown.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>, bool)>>>;
+
 /// Records what it is shown: (path, data) per file, `end` checked.
-struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>, bool)>>>);
+struct Recorder(Seen);
 
 impl EntryObserver for Recorder {
     fn begin(&mut self, entry: &Entry) {
