@@ -489,7 +489,8 @@ async fn check_after_restart(cluster: &Cluster, reported: u64) {
     assert_eq!(archives[0].0.tablespace.as_ref().map(|t| t.location.as_str()), Some(&*location));
     let ts_tar = walk_tar(&archives[0].1[..]).await;
     assert!(ts_tar.names.iter().any(|n| n.starts_with("PG_")), "{:?}", ts_tar.names);
-    su.simple_query("DROP TABLE in_ts; DROP TABLESPACE ts").await.unwrap();
+    su.simple_query("DROP TABLE in_ts").await.unwrap();
+    su.simple_query("DROP TABLESPACE ts").await.unwrap();
 
     let mut repl = cluster.replication().await;
     repl.drop_slot(SLOT, true).await.unwrap();
