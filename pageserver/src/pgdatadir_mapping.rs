@@ -45,8 +45,8 @@ pub use keyspace::collect_keyspace;
 pub use modification::DatadirModification;
 pub(crate) use reads::rel_sizes;
 pub use reads::{
-    get_db_size, get_rel_exists, get_rel_pages_batched, get_rel_pages_each, get_rel_size,
-    get_slru_segment, list_dbs, list_rels, list_slru_segments,
+    get_db_size, get_db_size_all_tablespaces, get_rel_exists, get_rel_pages_batched,
+    get_rel_pages_each, get_rel_size, get_slru_segment, list_dbs, list_rels, list_slru_segments,
 };
 
 pub use postgres_ffi::{BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};

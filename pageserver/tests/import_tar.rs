@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use pageserver::import::{import_basebackup, ImportError};
+use pageserver::import::tar_reader::TarPart;
+use pageserver::import::{import_archives_unfinished, import_basebackup, ImportError};
 use pageserver::pgdatadir_mapping::{
-    collect_keyspace, get_rel_pages_batched, get_rel_size, get_slru_segment, list_dbs, list_rels,
-    BLCKSZ, RELSEG_SIZE,
+    collect_keyspace, get_db_size_all_tablespaces, get_rel_pages_batched, get_rel_size,
+    get_slru_segment, list_dbs, list_rels, BLCKSZ, RELSEG_SIZE,
 };
 use pageserver::tenant::mgr::TenantManager;
 use pageserver::tenant::ReadKind;
@@ -513,6 +514,50 @@ async fn crash_during_import_leaves_nothing_after_restart() {
     let tl = import_basebackup(tenant.clone(), id, stream_of(tar, 4096)).await.unwrap();
     assert_eq!(tl.get_last_record_lsn(), START);
     assert!(dir_exists(&env.timelines_dir().join(id.to_string())));
+}
+
+/// A `BASE_BACKUP` with tablespace 16450 (a relation of database 5, and
+/// database 16600 entirely): its archive first, then base.tar with the
+/// `pg_tblspc/16450` symlink, in one stream of parts (chunks of 1000 bytes:
+/// entries straddle them). The relations get spcOid 16450, the tablespace
+/// is recorded (database 0), DbSize sums every tablespace.
+#[tokio::test]
+async fn imports_the_archives_of_a_base_backup_with_a_tablespace() {
+    let env = env().await;
+    let ts = build_tar(&[
+        E::Dir("PG_15_202209061"),
+        E::Dir("PG_15_202209061/5"),
+        E::File("PG_15_202209061/5/16500", pages(16500, 0, 4)),
+        E::Dir("PG_15_202209061/16600"),
+        E::File("PG_15_202209061/16600/PG_VERSION", b"15\n".to_vec()),
+        E::File("PG_15_202209061/16600/pg_filenode.map", vec![0x06; 512]),
+        E::File("PG_15_202209061/16600/1259", pages(1259, 0, 2)),
+    ]);
+    let mut main = small_backup(true);
+    main.insert(5, E::Symlink("pg_tblspc/16450", "/srv/ts"));
+    let mut parts = vec![TarPart::Archive { prefix: "pg_tblspc/16450/".into() }];
+    for (prefix, tar) in [("pg_tblspc/16450/", ts), ("", build_tar(&main))] {
+        if prefix.is_empty() {
+            parts.push(TarPart::Archive { prefix: String::new() });
+        }
+        parts.extend(tar.chunks(1000).map(|c| TarPart::Data(Bytes::copy_from_slice(c))));
+    }
+    let stream = futures::stream::iter(parts.into_iter().map(Ok::<_, io::Error>));
+    let id = TimelineId::generate();
+    let uninit = import_archives_unfinished(env.tenant.clone(), id, stream, None).await.unwrap();
+    let tl = uninit.finish().await.unwrap();
+    let dbs = list_dbs(&tl, ReadKind::HttpRequest, START).await.unwrap();
+    let spcs: Vec<(u32, u32)> = dbs.iter().map(|(k, _)| *k).filter(|k| k.0 == 16450).collect();
+    assert_eq!(spcs, [(16450, 0), (16450, 5), (16450, 16600)]);
+    let rel = RelTag::new(16450, 5, 16500, 0);
+    assert_eq!(get_rel_size(&tl, ReadKind::HttpRequest, rel, START).await.unwrap(), 4);
+    let out = get_rel_pages_batched(&tl, ReadKind::HttpRequest, &[(rel, 3, START)]).await.unwrap();
+    assert_eq!(&out[0].as_ref().unwrap()[..], &page(16500, 3)[..]);
+    let size = |db| get_db_size_all_tablespaces(&tl, ReadKind::HttpRequest, db, START);
+    // base/5: 16384 (5 + 3 fsm + 1 vm), 16390_init (1); ts: 16500 (4).
+    assert_eq!(size(5).await.unwrap(), 14 * BLCKSZ as u64);
+    assert_eq!(size(16600).await.unwrap(), 2 * BLCKSZ as u64);
+    assert!(size(0).await.is_err() && size(7).await.is_err());
 }
 
 fn dir_exists(p: &Path) -> bool {

@@ -27,7 +27,10 @@ use crate::connstring::ConnString;
 mod base_backup;
 mod stream;
 
-pub use base_backup::{BaseBackup, BaseBackupEnd, BaseBackupOptions, MAX_MANIFEST_LEN};
+pub use base_backup::{
+    BackupArchive, BackupPart, BackupTablespace, BaseBackup, BaseBackupEnd, BaseBackupOptions,
+    MAX_MANIFEST_LEN,
+};
 pub use stream::{PrimaryKeepalive, ReplicationMessage, ReplicationStream, StreamEnd, XLogData};
 
 /// Longest slot name PostgreSQL accepts (NAMEDATALEN - 1).

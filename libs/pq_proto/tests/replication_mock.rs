@@ -2,14 +2,17 @@
 //! primary does not do on demand: the end of a timeline (CopyDone, next
 //! timeline row), a client-initiated stop, an ErrorResponse mid-stream, an
 //! oversized message, a server that claims success in the middle of SCRAM,
-//! and a session left mid-command.
+//! a session left mid-command, and `BASE_BACKUP` archives (one per
+//! tablespace) that do or do not match what the server announced.
 
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use pq_proto::backend;
 use pq_proto::client::ClientError;
-use pq_proto::replication::{ReplicationMessage, StreamEnd, XLogData};
+use pq_proto::replication::{
+    BackupPart, BackupTablespace, BaseBackupOptions, ReplicationMessage, StreamEnd, XLogData,
+};
 use pq_proto::{parse_frame, parse_startup, ReplicationClient, StartupPacket};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -339,4 +342,148 @@ async fn bad_slot_names_are_refused_before_sending() {
     }
     drop(repl);
     server.await.unwrap();
+}
+
+/// A `BASE_BACKUP` answer: tablespaces `(oid, location)` announced, then
+/// `archives` (`(name, path, data)`), a manifest, the end row.
+async fn serve_base_backup(
+    f: &mut Fake,
+    announced: &[(&str, &str)],
+    archives: &[(&str, &str, &[u8])],
+) {
+    f.expect_query("BASE_BACKUP (LABEL 'l'").await;
+    let mut out = BytesMut::new();
+    backend::row_description(&mut out, &["recptr", "tli"]);
+    backend::data_row(&mut out, &[Some("0/2000028"), Some("1")]);
+    backend::command_complete(&mut out, "SELECT");
+    backend::row_description(&mut out, &["spcoid", "spclocation", "size"]);
+    for (oid, location) in announced {
+        backend::data_row(&mut out, &[Some(oid), Some(location), None]);
+    }
+    backend::data_row(&mut out, &[None, None, None]);
+    backend::command_complete(&mut out, "SELECT");
+    backend::copy_out_response(&mut out);
+    for (name, path, data) in archives {
+        backend::copy_data(&mut out, format!("n{name}\0{path}\0").as_bytes());
+        backend::copy_data(&mut out, &[b"d".as_slice(), data].concat());
+        backend::copy_data(&mut out, &[b'p', 0, 0, 0, 0, 0, 0, 0, 9]);
+    }
+    backend::copy_data(&mut out, b"m");
+    backend::copy_data(&mut out, b"d{}");
+    backend::copy_done(&mut out);
+    backend::row_description(&mut out, &["recptr", "tli"]);
+    backend::data_row(&mut out, &[Some("0/2000100"), Some("1")]);
+    backend::command_complete(&mut out, "SELECT");
+    backend::ready_for_query(&mut out);
+    f.send(out).await;
+    let _ = f.read().await; // until the client is done
+}
+
+/// Every archive in order, each tablespace's named with its oid and
+/// location; the single-archive reader refuses the second one.
+#[tokio::test]
+async fn base_backup_with_tablespaces_returns_every_archive() {
+    let announced = [("16390", "/srv/ts a"), ("16391", "pg_tblspc/16391")];
+    let archives: [(&str, &str, &[u8]); 3] = [
+        ("16390.tar", "/srv/ts a", b"one"),
+        ("16391.tar", "pg_tblspc/16391", b"two"),
+        ("base.tar", "", b"main"),
+    ];
+    let (url, server) = serve(move |mut f: Fake| async move {
+        f.accept().await;
+        serve_base_backup(&mut f, &announced, &archives).await;
+    })
+    .await;
+    let mut repl = ReplicationClient::connect(&url).await.unwrap();
+    let opts = BaseBackupOptions {
+        label: "l".into(),
+        fast_checkpoint: true,
+        manifest: true,
+        manifest_checksums: None,
+    };
+    let mut backup = repl.base_backup_with(&opts).await.unwrap();
+    let want = [
+        BackupTablespace { oid: 16390, location: "/srv/ts a".into() },
+        BackupTablespace { oid: 16391, location: "pg_tblspc/16391".into() },
+    ];
+    assert_eq!(backup.tablespaces, want);
+    let mut got = Vec::new();
+    while let Some(part) = backup.next_part().await.unwrap() {
+        got.push(match part {
+            BackupPart::Archive(a) => format!("{}:{:?}", a.name, a.tablespace.map(|t| t.oid)),
+            BackupPart::Data(d) => String::from_utf8(d.to_vec()).unwrap(),
+        });
+    }
+    assert_eq!(
+        got,
+        ["16390.tar:Some(16390)", "one", "16391.tar:Some(16391)", "two", "base.tar:None", "main"]
+    );
+    let end = backup.finish().await.unwrap();
+    assert_eq!((end.end_lsn, end.tar_bytes), (0x2000100, 10));
+    assert_eq!(end.manifest.as_deref(), Some(b"{}".as_slice()));
+    drop(repl);
+    server.await.unwrap();
+
+    let (url, server) = serve(move |mut f: Fake| async move {
+        f.accept().await;
+        serve_base_backup(&mut f, &announced, &archives).await;
+    })
+    .await;
+    let mut repl = ReplicationClient::connect(&url).await.unwrap();
+    let mut backup = repl.base_backup("l", true).await.unwrap();
+    assert_eq!(backup.next_chunk().await.unwrap().as_deref(), Some(b"one".as_slice()));
+    let e = backup.next_chunk().await.unwrap_err();
+    assert!(matches!(e, ClientError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("a second archive in the base backup (16391.tar)"), "{e}");
+    drop(repl);
+    server.await.unwrap();
+}
+
+/// Archives the server did not announce, twice, or not at all: protocol
+/// errors naming the archive or the tablespace.
+#[tokio::test]
+async fn base_backup_archives_must_match_the_announced_tablespaces() {
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static [(&'static str, &'static str, &'static [u8])],
+        &'static str,
+    );
+    let cases: [Case; 4] = [
+        (
+            &[],
+            &[("16390.tar", "/srv/ts", b"x"), ("base.tar", "", b"y")],
+            "archive 16390.tar of /srv/ts, which is not one",
+        ),
+        (
+            &[("16390", "/srv/ts")],
+            &[("16390.tar", "/elsewhere", b"x")],
+            "archive 16390.tar of /elsewhere",
+        ),
+        (
+            &[("16390", "/srv/ts")],
+            &[("base.tar", "", b"y")],
+            "without the archives of tablespaces 16390 at /srv/ts",
+        ),
+        (&[], &[("base.tar", "", b"y"), ("base.tar", "", b"y")], "archive base.tar twice"),
+    ];
+    for (announced, archives, want) in cases {
+        let (url, server) = serve(move |mut f: Fake| async move {
+            f.accept().await;
+            serve_base_backup(&mut f, announced, archives).await;
+        })
+        .await;
+        let mut repl = ReplicationClient::connect(&url).await.unwrap();
+        let mut backup = repl.base_backup("l", true).await.unwrap();
+        let e = loop {
+            match backup.next_part().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("{want}: no error"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(e, ClientError::Protocol(_)), "{e}");
+        assert!(e.to_string().contains(want), "{want:?} not in {e}");
+        drop(repl);
+        server.await.unwrap();
+    }
 }

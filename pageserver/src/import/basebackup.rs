@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, TryStreamExt};
 use tracing::{debug, info};
 use utils::id::TimelineId;
 use utils::lsn::Lsn;
@@ -41,7 +41,7 @@ use super::pg_files::{
     SUPPORTED_VERSIONS,
 };
 use super::spill::{SpillReader, SpillWriter};
-use super::tar_reader::{Entry, EntryKind, EntryObserver, TarReader};
+use super::tar_reader::{Entry, EntryKind, EntryObserver, TarPart, TarReader};
 use super::ImportError;
 use crate::pgdatadir_mapping::{DatadirModification, BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};
 use crate::tenant::{Tenant, TenantError, Timeline, UninitializedTimeline};
@@ -69,6 +69,9 @@ struct Preamble {
     spill: Option<SpillWriter>,
     /// Paths of file entries seen so far (duplicates are an error).
     seen: HashSet<String>,
+    /// `pg_tblspc/<oid>` symlinks: (path, target). Each needs the
+    /// tablespace's own archive in the stream ([`check_tablespace_links`]).
+    links: Vec<(String, String)>,
 }
 
 impl Preamble {
@@ -117,27 +120,51 @@ impl Preamble {
     }
 }
 
-/// How the importer sees an entry. A tablespace symlink is refused: the
-/// tablespace's relations are not in this tar, and the timeline would
-/// silently lack them.
-fn classify_entry(entry: &Entry) -> Result<PgFile, ImportError> {
+/// How the importer sees an entry. A tablespace symlink is noted in
+/// `links`: the tablespace's relations must come in an archive of their own
+/// (a `BASE_BACKUP`), else the timeline would silently lack them
+/// ([`check_tablespace_links`], at the end). A stream of one plain tar
+/// (`archives` empty: no `TarPart::Archive`) can have no such archive: its
+/// link is refused at once.
+fn classify_entry(
+    entry: &Entry,
+    links: &mut Vec<(String, String)>,
+    archives: &[String],
+) -> Result<PgFile, ImportError> {
     Ok(match &entry.kind {
         EntryKind::File => classify(&entry.path, false),
         EntryKind::Dir => classify(&entry.path, true),
-        EntryKind::Symlink(target) if entry.path.starts_with("pg_tblspc/") => {
-            return Err(ImportError::BadTar(format!(
-                "'{}' is a symlink to '{target}': that tablespace's files are not in this tar \
-                 (pg_basebackup -Ft puts them in a tar of their own); import a tar that holds \
-                 them in place, e.g. a plain-format backup archived with `tar --dereference`",
-                entry.path
-            )));
-        }
         EntryKind::Symlink(target) => {
+            if entry.path.starts_with("pg_tblspc/") {
+                links.push((entry.path.clone(), target.clone()));
+                if archives.is_empty() {
+                    check_tablespace_links(links, archives)?;
+                }
+            }
             debug!("skipping symlink {} -> {target}", entry.path);
             PgFile::Other
         }
         EntryKind::HardLink(_) | EntryKind::Other(_) => PgFile::Other,
     })
+}
+
+/// Every `pg_tblspc/<oid>` symlink has its tablespace's archive (prefix
+/// `pg_tblspc/<oid>/`) among the `archives` of the stream; a tar uploaded
+/// alone has none, and is refused naming the link.
+fn check_tablespace_links(
+    links: &[(String, String)],
+    archives: &[String],
+) -> Result<(), ImportError> {
+    let missing = links.iter().find(|(path, _)| !archives.contains(&format!("{path}/")));
+    match missing {
+        None => Ok(()),
+        Some((path, target)) => Err(ImportError::BadTar(format!(
+            "'{path}' is a symlink to '{target}': that tablespace's files are not in this tar \
+             (pg_basebackup -Ft puts them in a tar of their own, and an import takes one tar); \
+             import a tar that holds them in place under {path}/PG_<major>_<catversion>/, e.g. \
+             a plain-format backup archived with `tar --dereference`"
+        ))),
+    }
 }
 
 /// Where the data of the entry being imported comes from.
@@ -148,7 +175,7 @@ enum Source<'r, S> {
 
 impl<S> Source<'_, S>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
+    S: Stream<Item = Result<TarPart, io::Error>> + Unpin,
 {
     /// Exactly `n` bytes of the current entry (the caller knows its size).
     async fn read_exact(&mut self, n: usize, path: &str) -> Result<Bytes, ImportError> {
@@ -169,7 +196,7 @@ async fn read_small<S>(
     limit: u64,
 ) -> Result<Bytes, ImportError>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
+    S: Stream<Item = Result<TarPart, io::Error>> + Unpin,
 {
     if entry.size > limit {
         return Err(ImportError::BadTar(format!(
@@ -203,22 +230,38 @@ pub async fn import_basebackup<S>(
 where
     S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
 {
-    let uninit = import_basebackup_unfinished(tenant, timeline_id, body, None).await?;
+    let uninit = import_basebackup_unfinished(tenant, timeline_id, body).await?;
     Ok(uninit.finish().await?)
 }
 
 /// [`import_basebackup`] without the final `finish()`: the caller may add
 /// files to the new timeline's (temporary) directory first, so they become
-/// visible with it, atomically. `observer` sees every file's data (the
-/// bootstrap's checks against the backup manifest: `super::manifest`).
+/// visible with it, atomically.
 pub async fn import_basebackup_unfinished<S>(
+    tenant: Arc<Tenant>,
+    timeline_id: TimelineId,
+    body: S,
+) -> Result<UninitializedTimeline, ImportError>
+where
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+{
+    let parts = body.map_ok(TarPart::Data);
+    import_archives_unfinished(tenant, timeline_id, parts, None).await
+}
+
+/// [`import_basebackup_unfinished`] of several archives in one stream (a
+/// `BASE_BACKUP`: the main one and one per tablespace, each tablespace's
+/// under its `pg_tblspc/<oid>/` prefix, see `super::backup_parts`).
+/// `observer` sees every file's data (the bootstrap's checks against the
+/// backup manifest: `super::manifest`).
+pub async fn import_archives_unfinished<S>(
     tenant: Arc<Tenant>,
     timeline_id: TimelineId,
     body: S,
     observer: Option<Box<dyn EntryObserver>>,
 ) -> Result<UninitializedTimeline, ImportError>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+    S: Stream<Item = Result<TarPart, io::Error>> + Send + Unpin,
 {
     let started = Instant::now();
     if tenant.get_timeline(timeline_id).is_ok() {
@@ -239,7 +282,7 @@ where
             break;
         };
         pre.check_duplicate(&entry)?;
-        match classify_entry(&entry)? {
+        match classify_entry(&entry, &mut pre.links, tar.archives())? {
             PgFile::BackupLabel => {
                 let text = utf8(&entry, &read_small(&mut tar, &entry, SMALL_FILE_LIMIT).await?)?;
                 let label = parse_backup_label(&text)
@@ -318,7 +361,7 @@ async fn import_into<S>(
     stats: &mut Stats,
 ) -> Result<(), ImportError>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+    S: Stream<Item = Result<TarPart, io::Error>> + Send + Unpin,
 {
     let pg_version = pre.version.expect("decided before the timeline was created");
     let mut m = tl.begin_modification(lsn);
@@ -339,7 +382,7 @@ where
                 return Err(ImportError::Tenant(TenantError::ShuttingDown));
             }
             pre.check_duplicate(&entry)?;
-            match classify_entry(&entry)? {
+            match classify_entry(&entry, &mut pre.links, tar.archives())? {
                 PgFile::Control => {
                     pre.control = Some(read_small(tar, &entry, SMALL_FILE_LIMIT).await?)
                 }
@@ -359,6 +402,7 @@ where
         }
     }
 
+    check_tablespace_links(&pre.links, tar.archives())?;
     let control = pre.control.take().ok_or_else(|| {
         ImportError::BadTar(
             "no global/pg_control in the tar: it is truncated or not a base backup".into(),
@@ -399,7 +443,7 @@ async fn import_entry<S>(
     stats: &mut Stats,
 ) -> Result<(), ImportError>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
+    S: Stream<Item = Result<TarPart, io::Error>> + Unpin,
 {
     let blocks = |what: &str| -> Result<u32, ImportError> {
         if !size.is_multiple_of(BLCKSZ as u64) {

@@ -1,5 +1,6 @@
-//! Base-backup import: a `pg_basebackup -Ft -X none` tar (PostgreSQL 15, 16,
-//! 17) streamed into a new timeline.
+//! Base-backup import: a `pg_basebackup -Ft -X none` tar (PostgreSQL 15 to
+//! 18), or the archives of a `BASE_BACKUP` (one per tablespace:
+//! `backup_parts`), streamed into a new timeline.
 //!
 //! Guarantees:
 //! - the body is streamed (`tar_reader`), never held whole in memory; page
@@ -13,13 +14,15 @@
 //!   wrong with it; a body that stops (client gone, read timeout) is
 //!   `ImportError::BodyRead`, the client's doing, not a server error.
 
+mod backup_parts;
 mod basebackup;
 pub mod manifest;
 pub mod pg_files;
 mod spill;
 pub mod tar_reader;
 
-pub use basebackup::{import_basebackup, import_basebackup_unfinished};
+pub use backup_parts::backup_parts;
+pub use basebackup::{import_archives_unfinished, import_basebackup, import_basebackup_unfinished};
 
 use crate::tenant::TenantError;
 

@@ -16,6 +16,14 @@
 //! An [`EntryObserver`] (optional) sees every byte of every regular file's
 //! data exactly once and in order, whether the caller reads it or skips it:
 //! `begin`, `data`..., `end` per file, `end` once all of its data has passed.
+//!
+//! Several archives in one stream (a `BASE_BACKUP` sends one per
+//! tablespace): the stream yields [`TarPart`]s, and `TarPart::Archive`
+//! ends the current archive (exactly like the end of the stream: it must
+//! have ended with its marker) and begins the next, whose entry paths get
+//! the archive's prefix (`pg_tblspc/<oid>/`). A `TarPart::Archive` before
+//! any byte of the first archive only sets that archive's prefix. A plain
+//! stream of `Bytes` is one archive without a prefix.
 
 use std::io;
 
@@ -46,6 +54,23 @@ pub enum EntryKind {
     HardLink(String),
     /// Devices, FIFOs, ...: skipped by callers.
     Other(u8),
+}
+
+/// What the stream carries: archive bytes, or the start of the next archive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TarPart {
+    Data(Bytes),
+    /// A new archive; `prefix` (empty, or ending in `/`) goes before the
+    /// paths of its entries.
+    Archive {
+        prefix: String,
+    },
+}
+
+impl From<Bytes> for TarPart {
+    fn from(b: Bytes) -> Self {
+        TarPart::Data(b)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +109,15 @@ pub struct TarReader<S> {
     padding: u64,
     current: Option<String>,
     finished: bool,
+    /// The current archive's path prefix.
+    prefix: String,
+    /// A byte of the current archive has been received.
+    archive_started: bool,
+    /// The prefix of the archive that follows the current one, once the
+    /// stream has said so.
+    next_archive: Option<String>,
+    /// Prefixes of the archives begun, in order.
+    archives: Vec<String>,
 }
 
 fn cstr(b: &[u8]) -> String {
@@ -139,9 +173,10 @@ struct Ext {
     size: Option<u64>,
 }
 
-impl<S> TarReader<S>
+impl<S, P> TarReader<S>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Unpin,
+    S: Stream<Item = Result<P, io::Error>> + Unpin,
+    P: Into<TarPart>,
 {
     pub fn new(stream: S) -> Self {
         TarReader {
@@ -155,7 +190,16 @@ where
             padding: 0,
             current: None,
             finished: false,
+            prefix: String::new(),
+            archive_started: false,
+            next_archive: None,
+            archives: Vec::new(),
         }
+    }
+
+    /// Prefixes of the archives begun so far (`TarPart::Archive`), in order.
+    pub fn archives(&self) -> &[String] {
+        &self.archives
     }
 
     /// A reader whose `observer` sees the data of every regular file.
@@ -174,8 +218,21 @@ where
             if self.stream_done {
                 return Ok(false);
             }
-            match self.stream.next().await {
-                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+            match self.stream.next().await.map(|r| r.map(Into::into)) {
+                Some(Ok(TarPart::Data(chunk))) => {
+                    self.archive_started |= !chunk.is_empty();
+                    self.buf.extend_from_slice(&chunk)
+                }
+                Some(Ok(TarPart::Archive { prefix })) => {
+                    assert!(prefix.is_empty() || prefix.ends_with('/'), "prefix {prefix:?}");
+                    self.archives.push(prefix.clone());
+                    if self.archive_started || self.finished {
+                        self.next_archive = Some(prefix);
+                        self.stream_done = true;
+                    } else {
+                        self.prefix = prefix;
+                    }
+                }
                 Some(Err(e)) => return Err(TarError::Io(e)),
                 None => self.stream_done = true,
             }
@@ -214,7 +271,33 @@ where
 
     fn truncated(&self, what: &str) -> TarError {
         let received = self.offset + self.buf.len() as u64;
-        TarError::Malformed(format!("tar is truncated: it ends after {received} bytes, {what}"))
+        let archive = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!(" (the archive of {})", self.prefix.trim_end_matches('/'))
+        };
+        TarError::Malformed(format!(
+            "tar is truncated{archive}: it ends after {received} bytes, {what}"
+        ))
+    }
+
+    /// After an archive's end marker: begin the next archive, if the stream
+    /// has one.
+    fn begin_next_archive(&mut self) -> bool {
+        let Some(prefix) = self.next_archive.take() else { return false };
+        if !self.buf.is_empty() {
+            tracing::warn!(
+                "ignoring {} bytes after the end-of-archive marker before the archive of {prefix}",
+                self.buf.len()
+            );
+            self.buf.clear();
+        }
+        self.prefix = prefix;
+        self.finished = false;
+        self.stream_done = false;
+        self.archive_started = false;
+        self.current = None;
+        true
     }
 
     /// Skip what is left of the current entry (data and padding).
@@ -253,7 +336,7 @@ where
     /// The next entry, after skipping the rest of the current one; `None` at
     /// the end-of-archive marker.
     pub async fn next_entry(&mut self) -> Result<Option<Entry>, TarError> {
-        if self.finished {
+        if self.finished && !self.begin_next_archive() {
             return Ok(None);
         }
         self.finish_entry().await?;
@@ -272,6 +355,9 @@ where
                 self.finished = true;
                 self.current = None;
                 self.drain_trailer().await?;
+                if self.begin_next_archive() {
+                    continue;
+                }
                 return Ok(None);
             }
             let h: &[u8] = &header;
@@ -323,7 +409,7 @@ where
                     path = format!("{prefix}/{path}");
                 }
             }
-            let path = clean_path(&ext.path.take().unwrap_or(path));
+            let path = format!("{}{}", self.prefix, clean_path(&ext.path.take().unwrap_or(path)));
             let size = ext.size.take().unwrap_or(size);
             let link = ext.link.take().unwrap_or_else(|| cstr(&h[157..257]));
             let kind = match typeflag {
@@ -420,214 +506,4 @@ fn parse_pax(data: &[u8], ext: &mut Ext, at: u64) -> Result<(), TarError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stream_of(
-        data: Vec<u8>,
-        chunk: usize,
-    ) -> impl Stream<Item = Result<Bytes, io::Error>> + Unpin {
-        let chunks: Vec<Result<Bytes, io::Error>> =
-            data.chunks(chunk.max(1)).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
-        futures::stream::iter(chunks)
-    }
-
-    fn build(entries: &[(&str, &[u8])], long_name: bool) -> Vec<u8> {
-        let mut b = tar::Builder::new(Vec::new());
-        for (path, data) in entries {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o600);
-            h.set_entry_type(tar::EntryType::Regular);
-            if long_name {
-                b.append_data(&mut h, path, *data).unwrap();
-            } else {
-                h.set_path(path).unwrap();
-                h.set_cksum();
-                b.append(&h, *data).unwrap();
-            }
-        }
-        let mut dir = tar::Header::new_ustar();
-        dir.set_entry_type(tar::EntryType::Directory);
-        dir.set_size(0);
-        dir.set_mode(0o700);
-        dir.set_path("base/5/").unwrap();
-        dir.set_cksum();
-        b.append(&dir, std::io::empty()).unwrap();
-        b.into_inner().unwrap()
-    }
-
-    async fn read_all<S: Stream<Item = Result<Bytes, io::Error>> + Unpin>(
-        r: &mut TarReader<S>,
-    ) -> Result<Vec<(String, EntryKind, Vec<u8>)>, TarError> {
-        let mut out = Vec::new();
-        while let Some(e) = r.next_entry().await? {
-            let mut data = Vec::new();
-            loop {
-                let d = r.read_data(1000).await?;
-                if d.is_empty() {
-                    break;
-                }
-                data.extend_from_slice(&d);
-            }
-            assert_eq!(data.len() as u64, e.size);
-            out.push((e.path, e.kind, data));
-        }
-        Ok(out)
-    }
-
-    #[tokio::test]
-    async fn reads_entries_across_chunk_boundaries() {
-        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
-        let long = format!("pg_tblspc/16385/PG_15_202209061/{}/16390.1", "9".repeat(80));
-        let tar = build(
-            &[
-                ("backup_label", b"START WAL LOCATION: 0/2000028\n"),
-                ("base/5/16384", &big),
-                (&long, b"x"),
-            ],
-            true,
-        );
-        for chunk in [1, 7, 512, 4096, 1 << 20] {
-            let mut r = TarReader::new(stream_of(tar.clone(), chunk));
-            let got = read_all(&mut r).await.unwrap();
-            assert_eq!(got.len(), 4, "chunk {chunk}");
-            assert_eq!(got[0].0, "backup_label");
-            assert_eq!(got[1].2, big);
-            assert_eq!(got[2].0, long, "GNU long name");
-            assert_eq!(got[3].0, "base/5");
-            assert_eq!(got[3].1, EntryKind::Dir);
-            assert_eq!(r.offset(), tar.len() as u64, "trailer drained");
-        }
-    }
-
-    #[tokio::test]
-    async fn skips_unread_data() {
-        let tar = build(&[("a", &[1u8; 3000]), ("b", b"bb")], false);
-        let mut r = TarReader::new(stream_of(tar, 100));
-        assert_eq!(r.next_entry().await.unwrap().unwrap().path, "a");
-        assert_eq!(r.read_data(10).await.unwrap().len(), 10);
-        let e = r.next_entry().await.unwrap().unwrap();
-        assert_eq!((e.path.as_str(), e.size), ("b", 2));
-        assert_eq!(&r.read_data(100).await.unwrap()[..], b"bb");
-        assert_eq!(r.next_entry().await.unwrap().unwrap().kind, EntryKind::Dir);
-        assert!(r.next_entry().await.unwrap().is_none());
-        assert!(r.next_entry().await.unwrap().is_none());
-    }
-
-    /// Records what it is shown: (path, data) per file, `end` checked.
-    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>, bool)>>>);
-
-    impl EntryObserver for Recorder {
-        fn begin(&mut self, entry: &Entry) {
-            self.0.lock().unwrap().push((entry.path.clone(), Vec::new(), false));
-        }
-        fn data(&mut self, bytes: &[u8]) {
-            let mut files = self.0.lock().unwrap();
-            let last = files.last_mut().unwrap();
-            assert!(!last.2, "data after end");
-            last.1.extend_from_slice(bytes);
-        }
-        fn end(&mut self) {
-            self.0.lock().unwrap().last_mut().unwrap().2 = true;
-        }
-    }
-
-    #[tokio::test]
-    async fn observer_sees_read_and_skipped_data_once() {
-        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
-        let entries: &[(&str, &[u8])] = &[("a", &big), ("empty", b""), ("b", &big[..700])];
-        let tar = build(entries, false);
-        for (chunk, read) in [(1, 0), (100, 10), (4096, 8192), (1 << 20, 1 << 20)] {
-            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-            let mut r = TarReader::with_observer(
-                stream_of(tar.clone(), chunk),
-                Box::new(Recorder(seen.clone())),
-            );
-            // The caller reads part of "a", all of "b", nothing of "empty".
-            r.next_entry().await.unwrap().unwrap();
-            r.read_data(read).await.unwrap();
-            r.next_entry().await.unwrap().unwrap();
-            r.next_entry().await.unwrap().unwrap();
-            while !r.read_data(333).await.unwrap().is_empty() {}
-            assert_eq!(r.next_entry().await.unwrap().unwrap().kind, EntryKind::Dir);
-            assert!(r.next_entry().await.unwrap().is_none());
-            let seen = seen.lock().unwrap();
-            let want: Vec<(String, Vec<u8>, bool)> =
-                entries.iter().map(|(p, d)| (p.to_string(), d.to_vec(), true)).collect();
-            assert_eq!(*seen, want, "chunk {chunk}, read {read}: directories are not files");
-        }
-    }
-
-    #[tokio::test]
-    async fn pax_and_base256() {
-        let mut tar = Vec::new();
-        let path = format!("base/1/{}", "1".repeat(150));
-        let pax = format!(" path={path}\n");
-        let rec = format!("{}{}", pax.len() + 3, pax); // 3 digits of length
-        assert_eq!(rec.len(), rec[..3].parse::<usize>().unwrap());
-        let mut h = tar::Header::new_ustar();
-        h.set_entry_type(tar::EntryType::XHeader);
-        h.set_size(rec.len() as u64);
-        h.set_path("PaxHeader").unwrap();
-        h.set_cksum();
-        tar.extend_from_slice(h.as_bytes());
-        tar.extend_from_slice(rec.as_bytes());
-        tar.resize(tar.len().div_ceil(512) * 512, 0);
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_path("short").unwrap();
-        // base-256 size field
-        let hb = h.as_mut_bytes();
-        hb[124..136].copy_from_slice(&[0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5]);
-        h.set_cksum();
-        tar.extend_from_slice(h.as_bytes());
-        tar.extend_from_slice(b"hello");
-        tar.resize(tar.len().div_ceil(512) * 512 + 1024, 0);
-        let mut r = TarReader::new(stream_of(tar, 333));
-        let got = read_all(&mut r).await.unwrap();
-        assert_eq!(got, vec![(path, EntryKind::File, b"hello".to_vec())]);
-    }
-
-    #[tokio::test]
-    async fn malformed_and_truncated() {
-        let tar =
-            build(&[("base/5/16384", &[7u8; 8192]), ("global/pg_control", &[1u8; 100])], false);
-        // Corrupt header checksum of the second entry.
-        let mut bad = tar.clone();
-        bad[512 + 8192 + 10] ^= 0xff;
-        let err = read_all(&mut TarReader::new(stream_of(bad, 4096))).await.unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            msg.contains("offset 8704") && msg.contains("base/5/16384") && msg.contains("checksum"),
-            "{msg}"
-        );
-
-        // Cut in the middle of data.
-        let err = read_all(&mut TarReader::new(stream_of(tar[..512 + 5000].to_vec(), 4096)))
-            .await
-            .unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            msg.contains("truncated")
-                && msg.contains("base/5/16384")
-                && msg.contains("3192 bytes missing"),
-            "{msg}"
-        );
-
-        // Cut exactly at an entry boundary: no end marker.
-        let err = read_all(&mut TarReader::new(stream_of(tar[..512 + 8192].to_vec(), 4096)))
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("without the end-of-archive marker"), "{err}");
-
-        // Not a tar at all.
-        let err =
-            read_all(&mut TarReader::new(stream_of(vec![b'x'; 2000], 4096))).await.unwrap_err();
-        assert!(err.to_string().contains("not a tar archive"), "{err}");
-
-        // Empty body.
-        let err = read_all(&mut TarReader::new(stream_of(Vec::new(), 4096))).await.unwrap_err();
-        assert!(err.to_string().contains("truncated"), "{err}");
-    }
-}
+mod tests;

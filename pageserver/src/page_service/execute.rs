@@ -27,7 +27,7 @@ use pageserver_api::pagestream::{
     PagestreamGetSlruSegmentResponse, PagestreamNblocksResponse, PagestreamProtocolVersion,
     PagestreamRequest, BLCKSZ,
 };
-use pageserver_api::reltag::{RelTag, SlruKind, DEFAULTTABLESPACE_OID};
+use pageserver_api::reltag::{RelTag, SlruKind};
 use smallvec::SmallVec;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -164,8 +164,9 @@ async fn execute_single(
             PagestreamBeMessage::Nblocks(PagestreamNblocksResponse { req, n_blocks })
         }
         PagestreamFeMessage::DbSize(req) => {
+            // Every tablespace, as pg_database_size.
             let bytes =
-                datadir::get_db_size(tl, PAGE_READ, DEFAULTTABLESPACE_OID, req.dbnode, lsn).await?;
+                datadir::get_db_size_all_tablespaces(tl, PAGE_READ, req.dbnode, lsn).await?;
             let db_size = i64::try_from(bytes)
                 .map_err(|_| PageStreamError::Read(format!("database size {bytes} overflows")))?;
             PagestreamBeMessage::DbSize(PagestreamDbSizeResponse { req, db_size })

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use pageserver_api::key::Key;
-use pageserver_api::reltag::{RelTag, SlruKind};
+use pageserver_api::reltag::{RelTag, SlruKind, DEFAULTTABLESPACE_OID, GLOBALTABLESPACE_OID};
 use utils::lsn::Lsn;
 
 use super::{
@@ -348,6 +348,33 @@ pub async fn get_db_size(
     let rels = list_rels(tl, reader, spcnode, dbnode, lsn).await?;
     let sizes = rel_sizes(tl, reader, &rels, lsn).await?;
     Ok(sizes.iter().map(|&n| n as u64 * BLCKSZ as u64).sum())
+}
+
+/// Total size in bytes of a database's relations in every tablespace, as
+/// `pg_database_size` sums `base/<db>` and `pg_tblspc/*/PG_*/<db>` (the
+/// files that are not relations, `PG_VERSION` and `pg_filenode.map`, are not
+/// counted: the page service's DbSize). `DbNotFound` if the database has a
+/// directory in no tablespace.
+pub async fn get_db_size_all_tablespaces(
+    tl: &Timeline,
+    reader: ReadKind,
+    dbnode: u32,
+    lsn: Lsn,
+) -> Result<u64, DatadirError> {
+    let tablespaces: Vec<u32> = list_dbs(tl, reader, lsn)
+        .await?
+        .into_iter()
+        .filter(|&((spc, db), _)| db == dbnode && db != 0 && spc != GLOBALTABLESPACE_OID)
+        .map(|((spc, _), _)| spc)
+        .collect();
+    if tablespaces.is_empty() {
+        return Err(DatadirError::DbNotFound { spcnode: DEFAULTTABLESPACE_OID, dbnode, lsn });
+    }
+    let mut total = 0;
+    for spc in tablespaces {
+        total += get_db_size(tl, reader, spc, dbnode, lsn).await?;
+    }
+    Ok(total)
 }
 
 /// Size in blocks of an SLRU segment at `lsn`, `None` if it does not exist.

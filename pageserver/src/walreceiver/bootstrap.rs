@@ -31,7 +31,7 @@ use postgres_ffi::wal::rmgr_id;
 use super::slots::{self, Cause};
 use super::WalReceiverConf;
 use crate::import::manifest::{BackupChecks, FileDigests};
-use crate::import::{import_basebackup_unfinished, ImportError};
+use crate::import::{backup_parts, import_archives_unfinished, ImportError};
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::timeline::wal_source::{SlotOrigin, WalSource};
 use pageserver_api::models::{OnDivergence, WalSourceRequest};
@@ -229,16 +229,10 @@ async fn backup_and_import(
     let start_lsn = Lsn(backup.start_lsn);
     let digests = FileDigests::new(start_lsn);
     let uninit = {
-        let stream = futures::stream::unfold(&mut backup, |b| async move {
-            match b.next_chunk().await {
-                Ok(Some(chunk)) => Some((Ok(chunk), b)),
-                Ok(None) => None,
-                Err(e) => Some((Err(std::io::Error::other(e)), b)),
-            }
-        });
+        // Every tablespace's archive, under pg_tblspc/<oid>/.
+        let stream = Box::pin(backup_parts(&mut backup));
         let observer = Some(digests.observer());
-        import_basebackup_unfinished(tenant.clone(), timeline_id, Box::pin(stream), observer)
-            .await?
+        import_archives_unfinished(tenant.clone(), timeline_id, stream, observer).await?
     };
     let end = backup.finish().await.context("the end of the base backup")?;
     let checks = BackupChecks {

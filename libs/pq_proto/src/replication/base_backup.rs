@@ -1,21 +1,31 @@
-//! `BASE_BACKUP` (PostgreSQL 15 and later): the tar of the main tablespace
+//! `BASE_BACKUP` (PostgreSQL 15 and later): one tar archive per tablespace,
 //! as a stream of chunks, between the start and end LSNs the server reports.
 //!
-//! What the server sends (15 through 18 alike):
+//! What the server sends (15 through 18 alike; basebackup.c, basebackup_copy.c):
 //! 1. a row `(recptr, tli)`: the start LSN and timeline;
 //! 2. a row per tablespace `(spcoid, spclocation, size)`, the main one (NULL
 //!    oid and location) last, then CommandComplete;
 //! 3. one CopyOut whose CopyData payloads begin with a type byte: `n` (a new
-//!    archive: name, tablespace path), `d` (archive or manifest bytes), `p`
-//!    (progress: bytes done, int8), `m` (the manifest follows); CopyDone;
+//!    archive: name, tablespace path; `<spcoid>.tar` for each other
+//!    tablespace in the order of step 2, `base.tar` with an empty path last),
+//!    `d` (archive or manifest bytes), `p` (progress: bytes done, int8), `m`
+//!    (the manifest follows); CopyDone;
 //! 4. a row `(recptr, tli)`: the end LSN; CommandComplete; ReadyForQuery.
 //!
-//! Invariants: only the main tablespace is accepted (one archive; any other
-//! tablespace is refused before a byte of tar is returned); the manifest is
-//! kept only if asked for, and at most [`MAX_MANIFEST_LEN`] bytes of it.
-//! Reading ([`BaseBackup::next_chunk`], the `AsyncRead`) is cancel-safe.
-//! Pages read from the tar are not consistent below the end LSN: WAL from
-//! the start LSN to the end LSN must be applied over them.
+//! A tablespace's archive holds `PG_<major>_<catversion>/<dboid>/...`
+//! (paths relative to its location); the main archive holds
+//! `pg_tblspc/<spcoid>` as a symlink to the location (or, for an in-place
+//! tablespace, an empty directory).
+//!
+//! Invariants: every archive the server opens is one it announced in step
+//! 2 (its name, oid and location agree), each at most once, and by
+//! CopyDone every announced one, the main one included, has come: anything
+//! else is a protocol error. [`BaseBackup::next_part`] returns them all;
+//! [`BaseBackup::next_chunk`] and the `AsyncRead` return the first archive
+//! only and refuse a second. The manifest is kept only if asked for, and at
+//! most [`MAX_MANIFEST_LEN`] bytes of it. Reading is cancel-safe. Pages read
+//! from the tars are not consistent below the end LSN: WAL from the start
+//! LSN to the end LSN must be applied over them.
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -94,15 +104,46 @@ enum Section {
 /// Most notices kept (each is a line of the server's warnings).
 const MAX_NOTICES: usize = 100;
 
-/// A running base backup: the tar of the main tablespace, then
+/// A tablespace other than the main one, as the server announces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupTablespace {
+    pub oid: u32,
+    /// Its directory on the server: absolute, or `pg_tblspc/<oid>` (relative
+    /// to the data directory) for an in-place tablespace.
+    pub location: String,
+}
+
+/// An archive of the backup: the main one (`tablespace` `None`) or that of
+/// another tablespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupArchive {
+    /// As the server names it: `base.tar`, `<oid>.tar`.
+    pub name: String,
+    pub tablespace: Option<BackupTablespace>,
+}
+
+/// What [`BaseBackup::next_part`] returns: an archive begins, or the next
+/// bytes of the current one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackupPart {
+    Archive(BackupArchive),
+    Data(Bytes),
+}
+
+/// A running base backup: the tars ([`BaseBackup::next_part`]), then
 /// [`BaseBackup::finish`] for the end LSN.
 pub struct BaseBackup<'a> {
     client: &'a mut Client,
     /// Where WAL replay has to start from.
     pub start_lsn: u64,
     pub timeline: u32,
-    /// The archive's name as the server gives it (`base.tar`).
+    /// The tablespaces other than the main one, as announced, in the order
+    /// of their archives.
+    pub tablespaces: Vec<BackupTablespace>,
+    /// The current archive's name as the server gives it (`base.tar`).
     pub archive_name: Option<String>,
+    /// Archives begun so far (`None`: the main one).
+    archives: Vec<Option<u32>>,
     /// Bytes done according to the server's last progress message.
     pub server_progress_bytes: u64,
     section: Section,
@@ -141,12 +182,14 @@ impl<'a> BaseBackup<'a> {
             }
         }
         let (start_lsn, timeline) = start_row(&rows)?;
-        refuse_other_tablespaces(&rows[1..])?;
+        let tablespaces = tablespace_rows(&rows[1..])?;
         Ok(BaseBackup {
             client,
             start_lsn,
             timeline,
+            tablespaces,
             archive_name: None,
+            archives: Vec::new(),
             server_progress_bytes: 0,
             section: Section::Start,
             pending: Bytes::new(),
@@ -156,7 +199,9 @@ impl<'a> BaseBackup<'a> {
         })
     }
 
-    /// The next chunk of tar; `None` after its last byte. Cancel-safe.
+    /// The next chunk of the first archive's tar; `None` after its last
+    /// byte; an error if the server sends a second archive (read those with
+    /// [`BaseBackup::next_part`]). Cancel-safe.
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, ClientError> {
         if !self.pending.is_empty() {
             return Ok(Some(std::mem::take(&mut self.pending)));
@@ -164,7 +209,33 @@ impl<'a> BaseBackup<'a> {
         std::future::poll_fn(|cx| self.poll_chunk(cx)).await
     }
 
+    /// The next part of the backup: each archive's start, then its bytes;
+    /// `None` after the last archive. Cancel-safe.
+    pub async fn next_part(&mut self) -> Result<Option<BackupPart>, ClientError> {
+        if !self.pending.is_empty() {
+            return Ok(Some(BackupPart::Data(std::mem::take(&mut self.pending))));
+        }
+        std::future::poll_fn(|cx| self.poll_part(cx)).await
+    }
+
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, ClientError>> {
+        loop {
+            match ready!(self.poll_part(cx))? {
+                Some(BackupPart::Data(chunk)) => return Poll::Ready(Ok(Some(chunk))),
+                Some(BackupPart::Archive(_)) if self.archives.len() == 1 => continue,
+                Some(BackupPart::Archive(a)) => {
+                    return Poll::Ready(Err(ClientError::Unsupported(format!(
+                        "a second archive in the base backup ({}): read the archives with \
+                         next_part",
+                        a.name
+                    ))))
+                }
+                None => return Poll::Ready(Ok(None)),
+            }
+        }
+    }
+
+    fn poll_part(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<BackupPart>, ClientError>> {
         loop {
             if self.section == Section::Done {
                 return Poll::Ready(Ok(None));
@@ -183,21 +254,22 @@ impl<'a> BaseBackup<'a> {
                 }
                 continue;
             };
-            if let Some(chunk) = self.handle(msg)? {
-                self.tar_bytes += chunk.len() as u64;
-                return Poll::Ready(Ok(Some(chunk)));
+            if let Some(part) = self.handle(msg)? {
+                if let BackupPart::Data(chunk) = &part {
+                    self.tar_bytes += chunk.len() as u64;
+                }
+                return Poll::Ready(Ok(Some(part)));
             }
         }
     }
 
-    /// Acts on one message of the CopyOut; returns tar bytes if it has any.
-    fn handle(&mut self, msg: BackendMessage) -> Result<Option<Bytes>, ClientError> {
+    /// Acts on one message of the CopyOut; returns an archive's start or
+    /// its bytes.
+    fn handle(&mut self, msg: BackendMessage) -> Result<Option<BackupPart>, ClientError> {
         match msg {
             BackendMessage::CopyData(body) => self.handle_copy_data(body),
             BackendMessage::CopyDone => {
-                if self.section == Section::Start {
-                    return Err(ClientError::protocol("the base backup ended without an archive"));
-                }
+                self.check_all_archives()?;
                 self.section = Section::Done;
                 Ok(None)
             }
@@ -215,26 +287,19 @@ impl<'a> BaseBackup<'a> {
         }
     }
 
-    fn handle_copy_data(&mut self, mut body: Bytes) -> Result<Option<Bytes>, ClientError> {
+    fn handle_copy_data(&mut self, mut body: Bytes) -> Result<Option<BackupPart>, ClientError> {
         if body.is_empty() {
             return Err(ClientError::protocol("empty CopyData in the base backup"));
         }
         let kind = body.get_u8();
         match (kind, self.section) {
-            (b'n', Section::Start) => {
-                let mut fields = body.split(|&b| b == 0);
-                let name = fields.next().map(String::from_utf8_lossy).unwrap_or_default();
-                self.archive_name = Some(name.into_owned());
+            (b'n', Section::Start | Section::Archive) => {
+                let archive = self.new_archive(&body)?;
+                self.archive_name = Some(archive.name.clone());
                 self.section = Section::Archive;
-                Ok(None)
+                Ok(Some(BackupPart::Archive(archive)))
             }
-            (b'n', _) => {
-                let text = String::from_utf8_lossy(&body).replace('\0', " ");
-                Err(ClientError::Unsupported(format!(
-                    "a second archive in the base backup: {text}"
-                )))
-            }
-            (b'd', Section::Archive) => Ok((!body.is_empty()).then_some(body)),
+            (b'd', Section::Archive) => Ok((!body.is_empty()).then_some(BackupPart::Data(body))),
             (b'd', Section::Manifest) => {
                 if let Some(m) = &mut self.manifest {
                     if m.len() + body.len() > MAX_MANIFEST_LEN {
@@ -267,11 +332,64 @@ impl<'a> BaseBackup<'a> {
         }
     }
 
-    /// Reads what is left of the tar (discarding it), then the end LSN up
-    /// to ReadyForQuery; the client is usable again afterwards.
+    /// An `n` message (`name\0path\0`): the archive it opens, checked
+    /// against the announced tablespaces (module comment).
+    fn new_archive(&mut self, body: &[u8]) -> Result<BackupArchive, ClientError> {
+        let mut fields = body.split(|&b| b == 0).map(|f| String::from_utf8_lossy(f).into_owned());
+        let name = fields.next().unwrap_or_default();
+        let path = fields.next().unwrap_or_default();
+        let tablespace = if path.is_empty() {
+            None
+        } else {
+            let oid = name.strip_suffix(".tar").and_then(|o| o.parse::<u32>().ok());
+            let announced = self.tablespaces.iter().find(|t| Some(t.oid) == oid);
+            match announced {
+                Some(t) if t.location == path => Some(t.clone()),
+                _ => {
+                    return Err(ClientError::protocol(format!(
+                        "the base backup sent archive {name} of {path}, which is not one of the \
+                         tablespaces it announced"
+                    )))
+                }
+            }
+        };
+        let key = tablespace.as_ref().map(|t| t.oid);
+        if self.archives.contains(&key) {
+            return Err(ClientError::protocol(format!(
+                "the base backup sent archive {name} twice"
+            )));
+        }
+        self.archives.push(key);
+        Ok(BackupArchive { name, tablespace })
+    }
+
+    /// At CopyDone: every announced archive has come.
+    fn check_all_archives(&self) -> Result<(), ClientError> {
+        if !self.archives.contains(&None) {
+            return Err(ClientError::protocol(
+                "the base backup ended without the main archive (base.tar)",
+            ));
+        }
+        let missing: Vec<String> = self
+            .tablespaces
+            .iter()
+            .filter(|t| !self.archives.contains(&Some(t.oid)))
+            .map(|t| format!("{} at {}", t.oid, t.location))
+            .collect();
+        if !missing.is_empty() {
+            return Err(ClientError::protocol(format!(
+                "the base backup ended without the archives of tablespaces {}",
+                missing.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads what is left of the archives (discarding it), then the end LSN
+    /// up to ReadyForQuery; the client is usable again afterwards.
     pub async fn finish(mut self) -> Result<BaseBackupEnd, ClientError> {
         self.pending.clear();
-        while self.next_chunk().await?.is_some() {}
+        while self.next_part().await?.is_some() {}
         let mut end = None;
         loop {
             match self.client.recv_expected("after the base backup's tar").await? {
@@ -346,23 +464,26 @@ fn start_row(rows: &[Vec<Option<Bytes>>]) -> Result<(u64, u32), ClientError> {
     lsn_row(first, "start")
 }
 
-/// Refuses tablespace rows with a location (anything but the main one).
-fn refuse_other_tablespaces(rows: &[Vec<Option<Bytes>>]) -> Result<(), ClientError> {
-    let text = |v: &Option<Bytes>| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
-    let others: Vec<String> = rows
-        .iter()
-        .filter_map(|row| {
-            let location = text(row.get(1)?)?;
-            let oid = row.first().and_then(text).unwrap_or_default();
-            Some(format!("{oid} at {location}"))
-        })
-        .collect();
-    if others.is_empty() {
-        Ok(())
-    } else {
-        Err(ClientError::Unsupported(format!(
-            "tablespaces other than the default: {}",
-            others.join(", ")
-        )))
+/// The tablespace rows after the start row: those with an oid and a
+/// location (the main one has neither).
+fn tablespace_rows(rows: &[Vec<Option<Bytes>>]) -> Result<Vec<BackupTablespace>, ClientError> {
+    let text = |v: Option<&Option<Bytes>>| {
+        v.and_then(|v| v.as_ref()).map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let mut out = Vec::new();
+    for row in rows {
+        match (text(row.first()), text(row.get(1))) {
+            (None, None) => {}
+            (Some(oid), Some(location)) if !location.is_empty() => {
+                let oid = parse_num(&oid, "tablespace oid")?;
+                out.push(BackupTablespace { oid, location });
+            }
+            (oid, location) => {
+                return Err(ClientError::protocol(format!(
+                    "a tablespace row with oid {oid:?} and location {location:?}"
+                )))
+            }
+        }
     }
+    Ok(out)
 }
