@@ -34,7 +34,7 @@ has.
 
 The test asserts correctness; the times are the benchmark's output
 (docs/benchmarks.md; target: ours >= 5x faster). With --perf-smoke: scale 1,
-20 s of pgbench (the correctness check of a timestamp restore against
+10 s of pgbench (the correctness check of a timestamp restore against
 PostgreSQL's own PITR).
 """
 
@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import time
 from datetime import datetime, timedelta, timezone
@@ -69,13 +70,16 @@ RESTORED_CONF = {"listen_addresses": "'127.0.0.1'", "fsync": "on"}
 # Another pagectl binary (e.g. a build before a change) restoring the same
 # moment first, timed the same way: an A/B in one run.
 BASELINE_PAGECTL = os.environ.get("PITR_BASELINE_PAGECTL")
+# `perf record -g` of the daemon during the fullbackup read to /dev/null
+# into this file, if set.
+PERF_DATA = os.environ.get("PITR_PERF_DATA")
 # Seconds of WAL on each side of the middle of the run searched for a gap.
 WINDOW_S = 3.0
 
 
 def params(request) -> tuple[int, int]:
     if request.config.getoption("--perf-smoke"):
-        return 1, 20
+        return 1, 10
     return int(os.environ.get("PITR_SCALE", "50")), int(os.environ.get("PITR_SECONDS", "600"))
 
 
@@ -299,13 +303,24 @@ def check_moment(primary, ours: VanillaPostgres, theirs: VanillaPostgres, target
 def fullbackup_to_null(ps, tenant: str, tl: str, lsn: str) -> float:
     """Seconds of the HTTP fullbackup at `lsn` read and discarded (the
     daemon and HTTP without pagectl's writes): where a restore's time goes."""
+    profiler = None
+    if PERF_DATA:  # `perf record -g` of the daemon while it streams
+        profiler = subprocess.Popen(
+            ["perf", "record", "-g", "-F", "499", "-p", str(ps.proc.pid), "-o", PERF_DATA],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1)
     t0 = time.monotonic()
     url = f"http://127.0.0.1:{ps.http_port}/v1/tenant/{tenant}/timeline/{tl}/fullbackup?lsn={lsn}"
     with requests.get(url, stream=True, timeout=600) as resp:
         resp.raise_for_status()
         for _ in resp.iter_content(chunk_size=1 << 20):
             pass
-    return time.monotonic() - t0
+    secs = time.monotonic() - t0
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=120)
+    return secs
 
 
 def summarize(scale, seconds, run, backup, ours, theirs, target, archive, archived_to) -> dict:
