@@ -46,7 +46,7 @@ import shlex
 import signal
 import subprocess
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
@@ -56,11 +56,13 @@ import requests
 from fixtures.pageserver import pagectl_bin
 from fixtures.pagestream import parse_lsn
 from fixtures.pitr import Target, WalArchive, commits, pick_target, recover, wait_read_write
+from fixtures.utils import fmt_lsn
 from fixtures.vanilla_pg import VanillaPostgres, _as_postgres, pg_bin_dir
 from fixtures.wal_bench import current_lsn, parse_pgbench, pgbench_popen, record, wait_for_lsn
 from fixtures.wal_compare import follow_primary
 
-pytestmark = pytest.mark.perf
+# The full run takes PITR_SECONDS of pgbench and about 5 minutes more.
+pytestmark = [pytest.mark.perf, pytest.mark.timeout(int(os.environ.get("PITR_SECONDS", "600")) + 1200)]
 
 MAJOR = 18
 MIB = 2**20
@@ -338,7 +340,7 @@ def summarize(scale, seconds, run, backup, ours, theirs, target, archive, archiv
         "pg_basebackup_mib": r(backup["bytes"] / MIB),
         "pg_basebackup_mib_s": r(backup["bytes"] / MIB / backup["seconds"]),
         "archive_mib": r(archive.bytes() / MIB),
-        "archived_to": f"{archived_to >> 32:X}/{archived_to & 0xFFFFFFFF:X}",
+        "archived_to": fmt_lsn(archived_to),
         "wal_replayed_mib": r(replayed / MIB),
         "ours_s": r(ours["promoted"]),
         "ours_pagectl_s": r(ours["pagectl"]),
