@@ -11,6 +11,8 @@
 //! - `pg_tblspc/<oid>` of a mapped tablespace becomes a symlink to its
 //!   directory and the tablespace's files go there; an unmapped one stays a
 //!   directory in place (PostgreSQL 15+ reads in-place tablespaces);
+//! - files are written through `durable.rs`, which starts their writeback
+//!   while the stream goes on and fsyncs them side by side in `seal`;
 //! - `global/pg_control` is written under [`CONTROL_PENDING`] and renamed
 //!   into place by [`Extracted::seal`] only after everything is durable: a
 //!   directory whose restore was interrupted has no `pg_control`, so no
@@ -25,6 +27,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, ensure, Context};
 
+use super::durable;
 use super::progress::Progress;
 
 /// Written first into the data directory, removed last: its presence
@@ -33,6 +36,8 @@ pub const INCOMPLETE_MARKER: &str = "pagectl_restore_incomplete";
 /// Where `global/pg_control` waits until the restore is complete.
 pub const CONTROL_PENDING: &str = "global/pg_control.pagectl-incomplete";
 const PAGE_BYTES: u64 = 8192;
+/// The largest write of a file's data (see `durable.rs`).
+const COPY_BUFFER_BYTES: usize = 1 << 20;
 
 pub struct Extracted {
     pub pgdata: PathBuf,
@@ -43,6 +48,8 @@ pub struct Extracted {
     dirs: BTreeSet<PathBuf>,
     pub has_postgresql_conf: bool,
     has_control: bool,
+    /// The buffer every file is copied through.
+    buf: Vec<u8>,
 }
 
 /// Extract `archive` into `pgdata` (existing, empty), tablespaces of `map`
@@ -60,6 +67,7 @@ pub fn extract(
         dirs: BTreeSet::from([pgdata.to_path_buf()]),
         has_postgresql_conf: false,
         has_control: false,
+        buf: vec![0; COPY_BUFFER_BYTES],
     };
     let mut tar = tar::Archive::new(archive);
     for entry in tar.entries().context("reading the archive")? {
@@ -166,8 +174,8 @@ impl Extracted {
             .mode(0o600)
             .open(&dest)
             .with_context(|| format!("create {}", dest.display()))?;
-        let bytes =
-            io::copy(data, &mut file).with_context(|| format!("write {}", dest.display()))?;
+        let bytes = durable::copy_with_writeback(data, &mut file, &mut self.buf)
+            .with_context(|| format!("write {}", dest.display()))?;
         self.files.push(dest);
         Ok(bytes)
     }
@@ -192,11 +200,7 @@ impl Extracted {
     /// the parents of the data and tablespace directories), then put
     /// `pg_control` in place and make that durable: the restore is complete.
     pub fn seal(self, extra_dirs: &[PathBuf]) -> anyhow::Result<()> {
-        for f in &self.files {
-            File::open(f)
-                .and_then(|f| f.sync_all())
-                .with_context(|| format!("fsync {}", f.display()))?;
-        }
+        durable::sync_files(&self.files)?;
         let mut dirs: Vec<&PathBuf> = self.dirs.iter().collect();
         dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
         for d in dirs.into_iter().chain(extra_dirs) {

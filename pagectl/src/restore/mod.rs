@@ -14,6 +14,7 @@
 //! into it is refused until it is removed. Nothing is deleted on the
 //! operator's behalf.
 
+mod durable;
 mod extract;
 mod progress;
 
