@@ -42,9 +42,28 @@
 //!   at or below the cutoff is always kept, so every answer at or above the
 //!   cutoff stays exact; a timestamp older than what is kept answers `past`.
 //!
-//! Not in remote storage yet: a tenant attached from remote storage starts
-//! with an empty index (times before the attach answer `nodata` or
-//! `past`, never a wrong LSN); new transactions are indexed as usual.
+//! Remote storage (`remote_timeline/commit_times.rs`): every manifest
+//! scheduled for upload carries a [`CommitTimesSnapshot`] taken right
+//! after `persist` (sealed segments GC at the manifest's cutoff keeps,
+//! and the tail's entries); the upload queue uploads the segments the
+//! store lacks before the index that lists them, so an index never
+//! vouches for a `disk_consistent_lsn` its segments do not cover. Attach
+//! downloads them all before the timeline loads (then `load` as above).
+//!
+//! Memory bound (no separate cap): `pending` holds the entries above the
+//! last persisted LSN, i.e. of WAL whose layers are still in memory (open
+//! or frozen, not flushed). Each entry (16 bytes, at most 32 with the
+//! `Vec`'s growth) comes with at least one CLOG value of its commit or
+//! abort record in those layers (key, LSN and record: more than 32 bytes),
+//! so `pending` is at most as large as the timeline's unflushed in-memory
+//! layers, which ingest's backpressure already bounds
+//! (`timeline/writer.rs`: at most `MAX_FROZEN_LAYERS` frozen layers plus
+//! the open one, each cut at `checkpoint_distance`, and in-memory bytes
+//! over all timelines at most twice `in_memory_layers_budget`). A failed
+//! persist keeps its entries pending, but then the flush failed too and
+//! the same backpressure stops ingest. The tail holds at most
+//! [`MAX_SEGMENT_ENTRIES`] entries (256 KiB), and each upload target a
+//! copy of it (the current one and the one being uploaded).
 
 mod segment;
 #[cfg(test)]

@@ -34,14 +34,16 @@ impl RemoteTimelineClient {
             let uploaded = self.uploaded_segments.lock().unwrap();
             names.into_iter().filter(|n| !uploaded.contains_key(n)).collect()
         };
-        let tail = target.commit_times.tail_file();
+        let tail = target.commit_times.tail.as_ref().map(|(r, _)| r.file_name());
         for name in missing {
             anyhow::ensure!(!cancel.is_cancelled(), "the timeline is shutting down");
             if self.superseded(target) {
                 return Ok(()); // the newest target is uploaded next instead
             }
             let bytes = match &tail {
-                Some((tail_name, bytes)) if *tail_name == name => bytes.clone(),
+                Some(tail_name) if *tail_name == name => {
+                    target.commit_times.tail_file().expect("a tail").1
+                }
                 _ => {
                     let path = self.dir().join(COMMIT_TIMES_DIR).join(&name);
                     match self.engine().read_file(&path, MAX_SEGMENT_BYTES).await {
