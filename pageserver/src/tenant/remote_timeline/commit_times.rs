@@ -139,7 +139,7 @@ pub async fn download_segments(
         anyhow::Ok(())
     });
     downloads.buffer_unordered(DOWNLOADS_IN_FLIGHT).try_collect::<Vec<()>>().await?;
-    engine.fsync_dir(&dir).await?;
+    engine.fsync_dir(dir).await?;
     engine.fsync_dir(timeline_dir).await?;
     Ok(())
 }

@@ -112,3 +112,33 @@ async fn downloads_check_each_segment_and_name_the_object() {
     );
     assert!(e.contains(&key) && e.contains("not found"), "{e}");
 }
+
+/// The completeness check (upload and attach) covers segments: one the
+/// store lacks, or holds at another size, is named like a layer.
+#[tokio::test]
+async fn the_missing_object_check_names_segments() {
+    use crate::tenant::remote_timeline::{check_index_objects, index_key, SizeCheck};
+    let dir = tempfile::tempdir().unwrap();
+    let rs = crate::remote_storage::local_for_tests(dir.path(), "");
+    let (t, tl) = (TenantId::generate(), TimelineId::generate());
+    let md = TimelineMetadata::new_empty(Lsn(0x10), 16);
+    let (name, s) = seg(0x20, 0x40, 1);
+    let ip = IndexPart {
+        commit_times: Some(IndexCommitTimes::new([(name.clone(), s)].into())),
+        ..IndexPart::new(Generation(1), &md, &BTreeMap::new(), None)
+    };
+    rs.put(&index_key(t, tl, Generation(1)), ip.to_json().into()).await.unwrap();
+    let key = segment_key(t, tl, &name, Generation(1));
+    assert!(key.ends_with(&format!("{name}-00000001")), "{key}");
+    for sizes in [SizeCheck::Missing, SizeCheck::AtDownload] {
+        assert_eq!(check_index_objects(&rs, t, tl, &ip, sizes).await.unwrap(), vec![key.clone()]);
+    }
+    rs.put(&key, vec![0u8; 3].into()).await.unwrap(); // the index says 10 bytes
+    assert_eq!(
+        check_index_objects(&rs, t, tl, &ip, SizeCheck::Missing).await.unwrap(),
+        vec![key.clone()]
+    );
+    assert!(check_index_objects(&rs, t, tl, &ip, SizeCheck::AtDownload).await.unwrap().is_empty());
+    rs.put(&key, vec![0u8; 10].into()).await.unwrap();
+    assert!(check_index_objects(&rs, t, tl, &ip, SizeCheck::Missing).await.unwrap().is_empty());
+}
