@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from fixtures.compare import import_backup
 from fixtures.remote import newest_index, remote_pageserver
 from fixtures.utils import wait_until
@@ -60,12 +62,12 @@ def test_import_and_compaction_progress(pageserver_factory, small_backup):
     assert images["finished"] and images["done"] == images["total"] > 0, images
 
 
-def test_fullbackup_and_attach_prefetch_progress(pageserver_factory, minio, small_backup):
-    ps = remote_pageserver(pageserver_factory, minio, "ps", **MANUAL)
+def test_fullbackup_progress(pageserver_factory, small_backup):
+    ps = pageserver_factory.create(overrides=MANUAL)
+    ps.start()
     http = ps.http_client()
     tl = import_backup(ps, small_backup)
     tenant, timeline = tl.tenant_id, tl.timeline_id
-
     # A fullbackup whose reader takes one chunk, then waits: the daemon's
     # stream stops on the full socket, and the detail shows what it sent.
     path = f"/v1/tenant/{tenant}/timeline/{timeline}/fullbackup"
@@ -78,11 +80,19 @@ def test_fullbackup_and_attach_prefetch_progress(pageserver_factory, minio, smal
         received += sum(len(c) for c in chunks)
     assert op["done"] < received, (op, received)
     assert ps.log_contains(rf"fullbackup of {tenant}/{timeline}: {received} bytes in .* \(done\)")
+    assert http.tenant_get(tenant)["operations"] == [], "a finished fullbackup is no longer listed"
 
-    # The prefetch after an attach, slowed down per layer: layers done of all.
+
+@pytest.mark.failpoints
+def test_attach_prefetch_progress(pageserver_factory, minio, small_backup, testing_pageserver_bin):
+    ps = remote_pageserver(pageserver_factory, minio, "ps", binary=testing_pageserver_bin, **MANUAL)
+    http = ps.http_client()
+    tl = import_backup(ps, small_backup)
+    tenant, timeline = tl.tenant_id, tl.timeline_id
     http.tenant_detach(tenant)
     layers = len(newest_index(minio, tenant, timeline)["layers"])
     assert layers >= 1
+    # Slowed down per layer, the prefetch after an attach shows layers done of all.
     http.configure_failpoints({"prefetch::before-download": "sleep(300)"})
     http.tenant_attach(tenant, 2)
     op = wait_for_operation(http, tenant, "attach_prefetch", 0)
