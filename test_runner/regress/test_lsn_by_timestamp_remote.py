@@ -13,13 +13,15 @@ never with an ancestor's LSN above it."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from fixtures.http import PageserverApiError
 from fixtures.pagestream import parse_lsn
-from fixtures.remote import newest_index, remote_pageserver, wait_attached, wait_uploaded
+from fixtures.remote import gen_suffix, newest_index, remote_pageserver, timeline_prefix, wait_attached, wait_uploaded
 from fixtures.utils import fmt_lsn
 from fixtures.vanilla_pg import started_primary
 from fixtures.wal_compare import follow_primary
@@ -100,6 +102,17 @@ def test_commit_times_survive_losing_the_disk(pageserver_factory, minio, primary
     ps2 = remote_pageserver(pageserver_factory, minio, "ps2", **MANUAL)
     ps2.allow_errors(*PRIMARY_GONE, SLOT_BUSY)
     http2 = ps2.http_client()
+    # A damaged segment object (the oldest: sealed, listed by every index
+    # since) refuses the attach, naming it; repaired, the attach goes on.
+    name, seg = sorted(newest_index(minio, tenant, tl)["commit_times"]["segments"].items())[0]
+    key = timeline_prefix(tenant, tl) + f"{name}-{gen_suffix(seg['generation'])}"
+    ps2.allow_errors(re.escape(name))
+    good = minio.get(minio.bucket, key)
+    minio.put(minio.bucket, key, good[:-1] + bytes([good[-1] ^ 0xFF]))
+    with pytest.raises(PageserverApiError) as e:
+        http2.tenant_attach(tenant, 2)
+    assert e.value.status == 409 and key in e.value.msg and "damaged" in e.value.msg, e.value
+    minio.put(minio.bucket, key, good)
     http2.tenant_attach(tenant, 2)
     wait_attached(http2, tenant, tl)
     # Right after the attach, from the downloaded index alone.

@@ -11,8 +11,8 @@
 //!   have them and upload them again), build the tenant directory as
 //!   `<id>.___temp` (`tenant.json`, per timeline `metadata` from the index
 //!   and `wal_source.json` when it has one, its commit-time segments,
-//!   downloaded and checked: a missing or damaged one fails the attach
-//!   naming the object), fsync, rename into place, fsync
+//!   downloaded and checked: a damaged one refuses the attach (409, naming
+//!   the object) as a missing one does), fsync, rename into place, fsync
 //!   the parent, then load it: its layers are remote-only and downloaded
 //!   when read, and a background prefetch downloads them all
 //!   (`tenant/prefetch.rs`). Loading a timeline makes its manifest the
@@ -188,7 +188,13 @@ impl TenantManager {
         claim(rs, id, generation).await?;
         let indexes = download_indexes(rs, id, generation).await?;
         refuse_incomplete(rs, id, &indexes).await?;
-        self.build_tenant_dir(rs, id, generation, &indexes).await?;
+        if let Err(e) = self.build_tenant_dir(rs, id, generation, &indexes).await {
+            // A damaged object is refused as a missing one is (module comment).
+            if e.downcast_ref::<commit_times::DamagedSegment>().is_some() {
+                return Err(LocationError::Conflict(format!("tenant {id} is not attached: {e:#}")));
+            }
+            return Err(e.into());
+        }
         let dir = self.tenant_dir(id);
         let cancel = self.cancel.child_token();
         let loaded = Tenant::load_with_indexes(

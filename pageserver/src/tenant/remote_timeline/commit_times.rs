@@ -30,7 +30,7 @@
 //!   again from local disk (the tail from memory).
 //! - Attach downloads every listed segment before the timeline is loaded,
 //!   checks each one's size, CRC-32C and format, and refuses the attach
-//!   naming the object otherwise.
+//!   (409, [`DamagedSegment`]) naming the object otherwise.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -44,7 +44,7 @@ use utils::id::{TenantId, TimelineId};
 use super::{layer_key, Generation};
 use crate::remote_storage::RemoteStorage;
 use crate::tenant::commit_times::{
-    check_segment, SegmentRange, COMMIT_TIMES_DIR, MAX_SEGMENT_BYTES,
+    check_segment, CommitTimesError, SegmentRange, COMMIT_TIMES_DIR, MAX_SEGMENT_BYTES,
 };
 
 pub const INDEX_COMMIT_TIMES_VERSION: u32 = 1;
@@ -144,22 +144,37 @@ pub async fn download_segments(
     Ok(())
 }
 
+/// A segment object whose bytes are not what the index records (attach
+/// refuses the tenant with it, as it refuses one with missing objects).
+#[derive(Debug, thiserror::Error)]
+#[error("commit-time segment object {key} is damaged: {reason}")]
+pub struct DamagedSegment {
+    /// The object's full key.
+    pub key: String,
+    pub reason: String,
+}
+
 /// The downloaded bytes of segment object `full_key` against its entry.
-fn check_object(full_key: &str, name: &str, s: &IndexSegment, bytes: &[u8]) -> anyhow::Result<()> {
-    ensure!(
-        bytes.len() as u64 == s.file_size && bytes.len() <= MAX_SEGMENT_BYTES,
-        "commit-time segment object {full_key} is {} bytes, the index says {}",
-        bytes.len(),
-        s.file_size
-    );
+fn check_object(
+    full_key: &str,
+    name: &str,
+    s: &IndexSegment,
+    bytes: &[u8],
+) -> Result<(), DamagedSegment> {
+    let damaged = |reason: String| DamagedSegment { key: full_key.to_string(), reason };
+    if bytes.len() as u64 != s.file_size || bytes.len() > MAX_SEGMENT_BYTES {
+        let size = s.file_size;
+        return Err(damaged(format!("{} bytes, the index says {size}", bytes.len())));
+    }
     let crc = crc32c::crc32c(bytes);
-    ensure!(
-        crc == s.crc32c,
-        "commit-time segment object {full_key} has CRC-32C {crc:08x}, the index says {:08x}",
-        s.crc32c
-    );
-    check_segment(Path::new(full_key), name, bytes)?;
-    Ok(())
+    if crc != s.crc32c {
+        return Err(damaged(format!("CRC-32C {crc:08x}, the index says {:08x}", s.crc32c)));
+    }
+    match check_segment(Path::new(full_key), name, bytes) {
+        Ok(_) => Ok(()),
+        Err(CommitTimesError::Corrupt { reason, .. }) => Err(damaged(reason)),
+        Err(e) => Err(damaged(e.to_string())),
+    }
 }
 
 #[cfg(test)]

@@ -92,8 +92,11 @@ async fn downloads_check_each_segment_and_name_the_object() {
     let other = dir.path().join("other");
     let mut bad = index.clone();
     bad.segments.get_mut(&first).unwrap().crc32c ^= 1;
-    let e =
-        format!("{:#}", download_segments(&rs, &engine, (t, tl), &bad, &other).await.unwrap_err());
+    let err = download_segments(&rs, &engine, (t, tl), &bad, &other).await.unwrap_err();
+    // Typed, so that attach refuses the tenant (409) as for a missing object.
+    let damaged = err.downcast_ref::<DamagedSegment>().expect("a DamagedSegment");
+    assert!(damaged.key.ends_with(&key), "{damaged}");
+    let e = format!("{err:#}");
     assert!(e.contains(&key) && e.contains("CRC-32C"), "{e}");
     // The right CRC of wrong bytes: the format check names the object.
     let junk = vec![7u8; s.file_size as usize];
