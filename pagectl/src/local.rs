@@ -32,6 +32,9 @@ pub enum LayerCommand {
     Info {
         /// The layer file (named as the daemon names it).
         file: PathBuf,
+        /// Print the same facts as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Read every index block and every value of a layer file and check
     /// their CRCs. Exit 3 naming the first bad offset on damage.
@@ -45,7 +48,7 @@ pub fn run_layer(cmd: LayerCommand) -> Result<(), CliError> {
     let rt = runtime()?;
     let engine = IoEngine::new(IoEngineKind::StdFs).context("IO engine")?;
     match cmd {
-        LayerCommand::Info { file } => rt.block_on(layer_info(&engine, &file)),
+        LayerCommand::Info { file, json } => rt.block_on(layer_info(&engine, &file, json)),
         LayerCommand::Verify { file } => {
             let report = rt.block_on(layer_verify(&engine, &file))?;
             println!("{}: ok: {report}", file.display());
@@ -160,8 +163,14 @@ async fn check_values(
     Ok(())
 }
 
-async fn layer_info(engine: &IoEngine, path: &Path) -> Result<(), CliError> {
+async fn layer_info(engine: &IoEngine, path: &Path, json: bool) -> Result<(), CliError> {
     let (h, file) = open_checked(engine, path).await?;
+    let s = summarize(&file).await?;
+    if json {
+        let v = layer_info_json(path, file.file_size, &h, &s);
+        println!("{}", serde_json::to_string_pretty(&v).context("encode the JSON output")?);
+        return Ok(());
+    }
     println!("file            {} ({} bytes)", path.display(), file.file_size);
     println!("format version  {}", h.format_version);
     println!("kind            {:?}", h.kind);
@@ -177,7 +186,6 @@ async fn layer_info(engine: &IoEngine, path: &Path) -> Result<(), CliError> {
         None => "flat list (format 1 or 2)".to_string(),
     };
     println!("index           offset {}, {} bytes, {shape}", h.index_offset, h.index_bytes);
-    let s = summarize(&file).await?;
     println!("entries         {} ({} distinct keys, {} will_init)", h.entry_count, s.keys, s.inits);
     if let Some((first, last)) = s.first_last {
         println!("entry keys      {first} ..= {last}");
@@ -186,6 +194,37 @@ async fn layer_info(engine: &IoEngine, path: &Path) -> Result<(), CliError> {
         println!("entry LSNs      {lo} ..= {hi}");
     }
     Ok(())
+}
+
+/// `layer info --json`: the same facts as the text output, keys and LSNs
+/// as the text prints them (hex keys, `X/X` LSNs), sizes in bytes; ranges
+/// are `{"start", "end"}` (end exclusive), entry ranges `{"first", "last"}`
+/// (inclusive, `null` for a layer without entries).
+fn layer_info_json(path: &Path, file_size: u64, h: &HeaderInfo, s: &Summary) -> serde_json::Value {
+    let tree = h.tree.map(|(depth, leaves, blocks)| {
+        serde_json::json!({"depth": depth, "leaves": leaves, "blocks": blocks, "block_bytes": 8192})
+    });
+    let kind = match h.kind {
+        pageserver::tenant::storage_layer::LayerKind::Delta => "delta",
+        pageserver::tenant::storage_layer::LayerKind::Image => "image",
+    };
+    serde_json::json!({
+        "file": path.display().to_string(),
+        "file_size_bytes": file_size,
+        "format_version": h.format_version,
+        "kind": kind,
+        "tenant_id": h.tenant_id.to_string(),
+        "timeline_id": h.timeline_id.to_string(),
+        "key_range": {"start": h.key_range.start.to_string(), "end": h.key_range.end.to_string()},
+        "lsn_range": {"start": h.lsn_range.start.to_string(), "end": h.lsn_range.end.to_string()},
+        "values": {"offset": h.values_offset, "bytes": h.values_len},
+        "index": {"offset": h.index_offset, "bytes": h.index_bytes, "btree": tree},
+        "entries": h.entry_count,
+        "distinct_keys": s.keys,
+        "will_init": s.inits,
+        "entry_keys": s.first_last.map(|(f, l)| serde_json::json!({"first": f.to_string(), "last": l.to_string()})),
+        "entry_lsns": s.lsns.map(|(lo, hi)| serde_json::json!({"first": lo.to_string(), "last": hi.to_string()})),
+    })
 }
 
 #[derive(Default)]

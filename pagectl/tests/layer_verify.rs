@@ -109,6 +109,32 @@ fn a_good_layer_verifies_and_shows_its_info() {
 }
 
 #[test]
+fn layer_info_json_states_the_same_facts() {
+    let w = write_layer();
+    let (code, stdout, stderr) = pagectl(&["layer", "info", "--json", w.path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let first = Key::MIN.add(1000);
+    assert_eq!(v["format_version"], 3);
+    assert_eq!(v["kind"], "delta");
+    assert_eq!(v["tenant_id"], TenantId([7; 16]).to_string());
+    assert_eq!(v["lsn_range"]["start"], Lsn(0x100).to_string());
+    assert_eq!(v["lsn_range"]["end"], Lsn(0x200).to_string());
+    assert_eq!(v["key_range"]["start"], first.to_string());
+    assert_eq!(v["key_range"]["end"], Key::MIN.add(1000 + VALUES).to_string());
+    assert_eq!(v["entries"], VALUES);
+    assert_eq!(
+        (v["distinct_keys"].clone(), v["will_init"].clone()),
+        (VALUES.into(), VALUES.into())
+    );
+    assert_eq!(v["index"]["btree"]["depth"], 2);
+    assert_eq!(v["index"]["btree"]["leaves"], 3);
+    assert_eq!(v["entry_lsns"]["first"], Lsn(0x150).to_string());
+    let size = std::fs::metadata(&w.path).unwrap().len();
+    assert_eq!(v["file_size_bytes"], size);
+}
+
+#[test]
 fn a_flipped_byte_in_a_value_names_that_value() {
     let w = write_layer();
     let at = w.value_offsets[417];

@@ -1,12 +1,20 @@
 """Long operations show their progress in the API: an import streamed in two
 halves shows half its bytes done (of the Content-Length) in the tenant's
 detail while it waits for the rest; a compaction answers its own progress
-(bytes merged of the L0s' bytes, key ranges imaged), with a rate."""
+(bytes merged of the L0s' bytes, key ranges imaged), with a rate; a
+fullbackup read slowly shows its bytes sent so far, and the prefetch after
+an attach its layers downloaded of all; each finishes with an INFO line."""
 
 from __future__ import annotations
 
 import os
 import threading
+
+import pytest
+
+from fixtures.compare import import_backup
+from fixtures.remote import newest_index, remote_pageserver
+from fixtures.utils import wait_until
 
 MANUAL = {"compaction_period": "0 s", "gc_period": "0 s", "pitr_interval": "0 s"}
 
@@ -52,6 +60,51 @@ def test_import_and_compaction_progress(pageserver_factory, small_backup):
     assert merged["total"] >= merged["done"] and merged["rate_per_s"] > 0, merged
     images = by_op["image_creation"]
     assert images["finished"] and images["done"] == images["total"] > 0, images
+
+
+def test_fullbackup_progress(pageserver_factory, small_backup):
+    ps = pageserver_factory.create(overrides=MANUAL)
+    ps.start()
+    http = ps.http_client()
+    tl = import_backup(ps, small_backup)
+    tenant, timeline = tl.tenant_id, tl.timeline_id
+    # A fullbackup whose reader takes one chunk, then waits: the daemon's
+    # stream stops on the full socket, and the detail shows what it sent.
+    path = f"/v1/tenant/{tenant}/timeline/{timeline}/fullbackup"
+    with http.request("GET", path, stream=True) as resp:
+        chunks = resp.iter_content(65536)
+        received = len(next(chunks))
+        op = wait_for_operation(http, tenant, "fullbackup", 1)
+        assert op["subject"] == f"{tenant}/{timeline}" and op["unit"] == "bytes", op
+        assert not op["finished"] and op["total"] is None, op
+        received += sum(len(c) for c in chunks)
+    assert op["done"] < received, (op, received)
+    assert ps.log_contains(rf"fullbackup of {tenant}/{timeline}: {received} bytes in .* \(done\)")
+    assert http.tenant_get(tenant)["operations"] == [], "a finished fullbackup is no longer listed"
+
+
+@pytest.mark.failpoints
+def test_attach_prefetch_progress(pageserver_factory, minio, small_backup, testing_pageserver_bin):
+    ps = remote_pageserver(pageserver_factory, minio, "ps", binary=testing_pageserver_bin, **MANUAL)
+    http = ps.http_client()
+    tl = import_backup(ps, small_backup)
+    tenant, timeline = tl.tenant_id, tl.timeline_id
+    http.tenant_detach(tenant)
+    layers = len(newest_index(minio, tenant, timeline)["layers"])
+    assert layers >= 1
+    # Slowed down per layer, the prefetch after an attach shows layers done of all.
+    http.configure_failpoints({"prefetch::before-download": "sleep(300)"})
+    http.tenant_attach(tenant, 2)
+    op = wait_for_operation(http, tenant, "attach_prefetch", 0)
+    assert op["unit"] == "layers" and op["total"] == layers and op["done"] < layers, op
+    line = rf"attach_prefetch of {tenant}/{timeline}: {layers} of {layers} layers in .* \(done\)"
+
+    def logged():
+        assert ps.log_contains(line), line
+
+    wait_until(logged, timeout=30, what="the prefetch's last progress line")
+    http.configure_failpoints({"prefetch::before-download": "off"})
+    assert http.tenant_get(tenant)["operations"] == [], "a finished prefetch is no longer listed"
 
 
 class GatedBody:

@@ -29,12 +29,7 @@ pub async fn get_lsn_by_timestamp(
     let ts = pg_timestamp(at).ok_or_else(|| {
         ApiError::BadRequest(format!("timestamp {:?} is out of range", q.timestamp))
     })?;
-    let min_lsn = tl.min_readable_lsn().max(tl.gc_cutoff());
-    let answer = tl
-        .commit_times
-        .lsn_for_timestamp(ts, min_lsn)
-        .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
+    let answer = tl.lsn_for_timestamp(ts).await.map_err(|e| ApiError::Internal(e.into()))?;
     let (lsn, kind) = match answer {
         LsnForTimestamp::Present(l) => (l, LsnByTimestampKind::Present),
         LsnForTimestamp::Past(l) => (l, LsnByTimestampKind::Past),
@@ -59,8 +54,7 @@ pub async fn get_timestamp_of_lsn(
             q.lsn
         )));
     }
-    let ts =
-        tl.commit_times.timestamp_of_lsn(q.lsn).await.map_err(|e| ApiError::Internal(e.into()))?;
+    let ts = tl.timestamp_of_lsn(q.lsn).await.map_err(|e| ApiError::Internal(e.into()))?;
     let Some(ts) = ts else {
         return Err(ApiError::NotFound(format!(
             "no transaction ended at or before LSN {} on timeline {tenant_id}/{timeline_id} \

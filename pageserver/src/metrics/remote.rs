@@ -133,6 +133,7 @@ pub fn register() {
         }
         OPERATION_ERRORS.with_label_values(&[op]);
     }
+    OPERATION_SECONDS.with_label_values(&["commit_times", "upload"]);
     BYTES.with_label_values(&["upload"]);
     BYTES.with_label_values(&["download"]);
     LazyLock::force(&UPLOAD_QUEUE_BYTES);

@@ -291,7 +291,9 @@ fn object_generation(key: &str) -> Option<(Generation, bool)> {
         return parsed.map(|g| (Generation(g), true));
     }
     match TimelineObject::parse(last)? {
-        TimelineObject::Index(g) | TimelineObject::Layer(_, g) => Some((g, false)),
+        TimelineObject::Index(g)
+        | TimelineObject::Layer(_, g)
+        | TimelineObject::CommitTimes(_, g) => Some((g, false)),
     }
 }
 

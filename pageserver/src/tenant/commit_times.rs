@@ -42,21 +42,40 @@
 //!   at or below the cutoff is always kept, so every answer at or above the
 //!   cutoff stays exact; a timestamp older than what is kept answers `past`.
 //!
-//! Not in remote storage yet: a tenant attached from remote storage starts
-//! with an empty index (times before the attach answer `nodata` or
-//! `past`, never a wrong LSN); new transactions are indexed as usual.
+//! Remote storage (`remote_timeline/commit_times.rs`): every manifest
+//! scheduled for upload carries a [`CommitTimesSnapshot`] taken right
+//! after `persist` (sealed segments GC at the manifest's cutoff keeps,
+//! and the tail's entries); the upload queue uploads the segments the
+//! store lacks before the index that lists them, so an index never
+//! vouches for a `disk_consistent_lsn` its segments do not cover. Attach
+//! downloads them all before the timeline loads (then `load` as above).
+//!
+//! Memory bound (no separate cap): `pending` holds the entries above the
+//! last persisted LSN, i.e. of WAL whose layers are still in memory (open
+//! or frozen, not flushed). Each entry (16 bytes, at most 32 with the
+//! `Vec`'s growth) comes with at least one CLOG value of its commit or
+//! abort record in those layers (key, LSN and record: more than 32 bytes),
+//! so `pending` is at most as large as the timeline's unflushed in-memory
+//! layers, which ingest's backpressure already bounds
+//! (`timeline/writer.rs`: at most `MAX_FROZEN_LAYERS` frozen layers plus
+//! the open one, each cut at `checkpoint_distance`, and in-memory bytes
+//! over all timelines at most twice `in_memory_layers_budget`). A failed
+//! persist keeps its entries pending, but then the flush failed too and
+//! the same backpressure stops ingest. The tail holds at most
+//! [`MAX_SEGMENT_ENTRIES`] entries (256 KiB), and each upload target a
+//! copy of it (the current one and the one being uploaded).
 
 mod segment;
 #[cfg(test)]
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use io_engine::IoEngine;
 use utils::lsn::Lsn;
 
-pub use segment::{SegmentRange, MAX_SEGMENT_ENTRIES};
+pub use segment::{SegmentRange, MAX_SEGMENT_BYTES, MAX_SEGMENT_ENTRIES};
 
 /// The index's directory inside the timeline's.
 pub const COMMIT_TIMES_DIR: &str = "commit_times";
@@ -111,6 +130,9 @@ struct State {
     tail_file: Option<SegmentRange>,
     /// Ingested, not yet durable; above every durable entry.
     pending: Vec<CommitTime>,
+    /// Every entry at or below this LSN is durable (the last `persist`'s
+    /// `up_to`, or the manifest's LSN at load).
+    durable_lsn: Lsn,
 }
 
 impl State {
@@ -130,8 +152,10 @@ pub struct CommitTimes {
     files: tokio::sync::RwLock<()>,
 }
 
-/// Where "the first entry after T" is.
-enum Found {
+/// Where "the first entry after T" is (among the entries at or below a
+/// ceiling LSN: a branch's ancestor is searched below the branch point).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
     Nothing,
     /// Every entry is at or before T; the last one's LSN.
     AllBefore(Lsn),
@@ -142,6 +166,7 @@ enum Found {
     },
 }
 
+mod lookup;
 mod store;
 
 impl CommitTimes {
@@ -176,67 +201,26 @@ impl CommitTimes {
         (st.tail.len() + st.pending.len(), st.sealed.len())
     }
 
-    /// The LSN whose restore holds exactly the transactions that ended by
-    /// `ts` (see [`LsnForTimestamp`]); `min_lsn` is the lowest LSN a
-    /// restore can use.
-    pub async fn lsn_for_timestamp(
-        &self,
-        ts: i64,
-        min_lsn: Lsn,
-    ) -> Result<LsnForTimestamp, CommitTimesError> {
-        let _files = self.files.read().await;
-        Ok(match self.find_after(ts).await? {
-            Found::Nothing => LsnForTimestamp::NoData(min_lsn),
-            Found::AllBefore(last) => LsnForTimestamp::Future(last.max(min_lsn)),
-            Found::After { before: None, .. } => LsnForTimestamp::Past(min_lsn),
-            Found::After { first_after, .. } if first_after.lsn <= min_lsn => {
-                LsnForTimestamp::Past(min_lsn)
-            }
-            Found::After { before: Some(b), .. } => LsnForTimestamp::Present(b.max(min_lsn)),
-        })
+    /// What remote storage gets of the index with a manifest whose GC
+    /// cutoff is `gc_cutoff` (taken right after `persist`): the sealed
+    /// segments GC at that cutoff keeps and the tail's entries.
+    pub fn snapshot(&self, gc_cutoff: Lsn) -> CommitTimesSnapshot {
+        let st = self.state.lock().unwrap();
+        let keep_from = store::thin_from(&st.sealed, gc_cutoff);
+        let tail = st.tail_file.map(|r| {
+            debug_assert_eq!(SegmentRange::of(&st.tail), r, "the tail file holds the tail");
+            (r, Arc::new(st.tail.clone()))
+        });
+        CommitTimesSnapshot {
+            sealed: st.sealed[keep_from..].to_vec(),
+            tail,
+            durable_lsn: st.durable_lsn,
+        }
     }
 
-    /// The first entry (in LSN order) later than `ts`. Timestamps need not
-    /// increase with LSNs (a backend takes its commit time before it
-    /// inserts the record), so segments are searched by their running
-    /// maximum, which does.
-    async fn find_after(&self, ts: i64) -> Result<Found, CommitTimesError> {
-        let (seg, before_seg) = {
-            let st = self.state.lock().unwrap();
-            match st.sealed.iter().position(|s| s.max_ts > ts) {
-                Some(i) => (st.sealed[i], i.checked_sub(1).map(|p| st.sealed[p].last_lsn)),
-                None => return Ok(find_in_memory(&st, ts)),
-            }
-        };
-        let entries = self.read_segment(seg).await?;
-        let i =
-            entries.iter().position(|e| e.ts > ts).ok_or_else(|| CommitTimesError::Corrupt {
-                path: self.dir.join(seg.file_name()),
-                reason: format!(
-                    "no entry reaches the maximum timestamp {} of its name",
-                    seg.max_ts
-                ),
-            })?;
-        let before = if i == 0 { before_seg } else { Some(entries[i - 1].lsn) };
-        Ok(Found::After { first_after: entries[i], before })
-    }
-
-    /// The timestamp of the last entry at or below `lsn`, if any is kept.
-    pub async fn timestamp_of_lsn(&self, lsn: Lsn) -> Result<Option<i64>, CommitTimesError> {
-        let _files = self.files.read().await;
-        let seg = {
-            let st = self.state.lock().unwrap();
-            let mem = st.tail.iter().chain(&st.pending);
-            if let Some(e) = mem.take_while(|e| e.lsn <= lsn).last() {
-                return Ok(Some(e.ts));
-            }
-            match st.sealed.partition_point(|s| s.first_lsn <= lsn) {
-                0 => return Ok(None),
-                n => st.sealed[n - 1],
-            }
-        };
-        let entries = self.read_segment(seg).await?;
-        Ok(entries.iter().take_while(|e| e.lsn <= lsn).last().map(|e| e.ts))
+    /// The file of sealed segment `r`.
+    pub fn segment_path(&self, r: &SegmentRange) -> PathBuf {
+        self.dir.join(r.file_name())
     }
 
     async fn read_segment(&self, seg: SegmentRange) -> Result<Vec<CommitTime>, CommitTimesError> {
@@ -250,20 +234,51 @@ impl CommitTimes {
     }
 }
 
-/// `find_after` in the tail and pending entries, after every sealed
-/// segment (whose last LSN is the `before` of the first in memory).
-fn find_in_memory(st: &State, ts: i64) -> Found {
-    let before_mem = st.sealed.last().map(|s| s.last_lsn);
-    let mem: Vec<&CommitTime> = st.tail.iter().chain(&st.pending).collect();
-    match mem.iter().position(|e| e.ts > ts) {
-        Some(i) => Found::After {
-            first_after: *mem[i],
-            before: if i == 0 { before_mem } else { Some(mem[i - 1].lsn) },
-        },
-        None => match mem.last().map(|e| e.lsn).or(before_mem) {
-            Some(last) => Found::AllBefore(last),
-            None => Found::Nothing,
-        },
+/// Check a segment file's bytes, named `name` (a download; errors name
+/// `origin`, e.g. the object): its range.
+pub fn check_segment(
+    origin: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<SegmentRange, CommitTimesError> {
+    let corrupt = |reason: String| CommitTimesError::Corrupt { path: origin.into(), reason };
+    let range = SegmentRange::parse(name)
+        .ok_or_else(|| corrupt(format!("{name} is not a commit-time segment name")))?;
+    segment::decode(origin, range, bytes)?;
+    Ok(range)
+}
+
+/// A segment file's bytes (tests of other modules).
+#[cfg(test)]
+pub fn encode_for_tests(entries: &[CommitTime]) -> Vec<u8> {
+    segment::encode(entries)
+}
+
+/// The index as remote storage gets it with one manifest
+/// ([`CommitTimes::snapshot`], `remote_timeline/commit_times.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct CommitTimesSnapshot {
+    /// Sealed segments, oldest first: their files stay until a GC whose
+    /// manifest no longer lists them.
+    pub sealed: Vec<SegmentRange>,
+    /// The tail segment and its entries: uploaded from memory, since its
+    /// file is replaced (under a new name) as entries are added.
+    pub tail: Option<(SegmentRange, Arc<Vec<CommitTime>>)>,
+    /// Every entry at or below this LSN is in these segments (or was
+    /// removed by GC below the cutoff).
+    pub durable_lsn: Lsn,
+}
+
+impl CommitTimesSnapshot {
+    /// The segments' file names, oldest first.
+    pub fn names(&self) -> Vec<String> {
+        let tail = self.tail.iter().map(|(r, _)| r);
+        self.sealed.iter().chain(tail).map(SegmentRange::file_name).collect()
+    }
+
+    /// The tail segment's name and file bytes.
+    pub fn tail_file(&self) -> Option<(String, Vec<u8>)> {
+        self.tail.as_ref().map(|(r, entries)| (r.file_name(), segment::encode(entries)))
     }
 }
 

@@ -55,6 +55,8 @@ async fn prefetch_timeline(tl: Arc<Timeline>, layers: Vec<Arc<Layer>>, slots: Ar
         let (slots, progress) = (&slots, &progress);
         async move {
             let _slot = slots.acquire().await.expect("never closed");
+            // Tests slow the prefetch down with `sleep(MS)` to watch its progress.
+            utils::failpoint::failpoint("prefetch::before-download").ok();
             let res = layer.get_resident().await;
             progress.add(1);
             match res {

@@ -197,3 +197,35 @@ async fn bad_branches_are_refused_naming_why() {
     assert_eq!(listing.unwrap().count(), 1);
     mgr.shutdown().await;
 }
+
+/// `get_lsn_by_timestamp` on a branch: its own transactions, then the
+/// ancestor's at or below the branch point, never one above it.
+#[tokio::test]
+async fn commit_time_lookups_search_the_ancestor_below_the_branch_point() {
+    use super::super::commit_times::{CommitTime, LsnForTimestamp::*};
+    let dir = tempfile::tempdir().unwrap();
+    let mgr = TenantManager::load(conf(&dir), CancellationToken::new()).await.unwrap();
+    let (t, main, branch) = ancestor_and_branch(&mgr).await;
+    let ct = |lsn: u64, ts: i64| CommitTime { lsn: Lsn(lsn), ts };
+    main.commit_times.record([ct(0x18, 100), ct(0x28, 300)]);
+    branch.commit_times.record([ct(0x30, 400)]);
+    let floor = main.min_readable_lsn().max(main.gc_cutoff());
+    assert_eq!(branch.lookup_min_lsn(), floor, "the branch shares the ancestor's history");
+    let (m, b) = (&main, &branch);
+    assert_eq!(b.lsn_for_timestamp(150).await.unwrap(), Present(Lsn(0x18)));
+    // The ancestor's 0x28 (at 300) is above the branch point: not the branch's.
+    assert_eq!(b.lsn_for_timestamp(350).await.unwrap(), Present(Lsn(0x18)));
+    assert_eq!(m.lsn_for_timestamp(350).await.unwrap(), Future(Lsn(0x28)));
+    assert_eq!(b.lsn_for_timestamp(450).await.unwrap(), Future(Lsn(0x30)));
+    assert_eq!(b.lsn_for_timestamp(50).await.unwrap(), Past(floor));
+    assert_eq!(b.timestamp_of_lsn(Lsn(0x20)).await.unwrap(), Some(100));
+    assert_eq!(b.timestamp_of_lsn(Lsn(0x2f)).await.unwrap(), Some(100), "not the ancestor's 300");
+    assert_eq!(b.timestamp_of_lsn(Lsn(0x30)).await.unwrap(), Some(400));
+    assert_eq!(b.timestamp_of_lsn(Lsn(0x17)).await.unwrap(), None);
+    // A branch of the branch at 0x30, without transactions of its own.
+    let sub = t.create_branch(TimelineId::generate(), branch.timeline_id, Some(Lsn(0x30)));
+    let sub = sub.await.unwrap();
+    assert_eq!(sub.lsn_for_timestamp(350).await.unwrap(), Present(Lsn(0x18)));
+    assert_eq!(sub.lsn_for_timestamp(i64::MAX).await.unwrap(), Future(Lsn(0x30)));
+    assert_eq!(sub.timestamp_of_lsn(Lsn(0x29)).await.unwrap(), Some(100));
+}

@@ -21,7 +21,8 @@ impl CommitTimes {
     ) -> Result<CommitTimes, CommitTimesError> {
         let dir = timeline_dir.join(COMMIT_TIMES_DIR);
         if !engine.exists(&dir).await.map_err(io_err(&dir))? {
-            return Ok(CommitTimes::empty(engine, timeline_dir));
+            let state = State { durable_lsn: disk_consistent_lsn, ..State::default() };
+            return Ok(CommitTimes::from_state(engine, timeline_dir, state));
         }
         let ranges = list_segments(&engine, &dir).await?;
         let ct = CommitTimes::empty(engine, timeline_dir);
@@ -55,6 +56,7 @@ impl CommitTimes {
             }
         }
         state.sealed = sealed;
+        state.durable_lsn = disk_consistent_lsn;
         *ct.state.lock().unwrap() = state;
         Ok(ct)
     }
@@ -83,6 +85,7 @@ impl CommitTimes {
             let mut st = self.state.lock().unwrap();
             let n = st.pending.partition_point(|e| e.lsn <= up_to);
             if n == 0 {
+                st.durable_lsn = st.durable_lsn.max(up_to);
                 return Ok(());
             }
             let new: Vec<CommitTime> = st.pending.drain(..n).collect();
@@ -95,6 +98,7 @@ impl CommitTimes {
                     st.sealed.extend(sealed);
                     st.tail = tail;
                     st.tail_file = tail_file;
+                    st.durable_lsn = st.durable_lsn.max(up_to);
                 }
                 if let Some(old) = old_tail {
                     // The new files hold its entries; a leftover is resolved at load.
@@ -165,8 +169,7 @@ impl CommitTimes {
         let _files = self.files.write().await;
         let doomed: Vec<SegmentRange> = {
             let st = self.state.lock().unwrap();
-            let keep_from = st.sealed.partition_point(|s| s.last_lsn <= cutoff).saturating_sub(1);
-            st.sealed[..keep_from].to_vec()
+            st.sealed[..thin_from(&st.sealed, cutoff)].to_vec()
         };
         if doomed.is_empty() {
             return Ok(0);
@@ -176,6 +179,12 @@ impl CommitTimes {
         info!("commit-time index: GC at {cutoff} removed {} segments", doomed.len());
         Ok(doomed.len())
     }
+}
+
+/// How many of `sealed` (oldest first) GC at `cutoff` deletes: those
+/// wholly older than the newest one that ends at or below it.
+pub(super) fn thin_from(sealed: &[SegmentRange], cutoff: Lsn) -> usize {
+    sealed.partition_point(|s| s.last_lsn <= cutoff).saturating_sub(1)
 }
 
 /// The segment files of `dir`, sorted by LSN, without leftovers: temp files

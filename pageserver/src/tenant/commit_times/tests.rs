@@ -219,3 +219,33 @@ fn pg_timestamps_convert_both_ways() {
     assert_eq!(super::system_time(-946_684_800 * 1_000_000), Some(std::time::UNIX_EPOCH));
     assert_eq!(super::system_time(-946_684_800 * 1_000_000 - 1), None);
 }
+
+/// Searches below a ceiling (a branch's ancestor below the branch point)
+/// never see an entry above it, wherever the ceiling falls: inside a
+/// sealed segment, between segments, in the tail, in pending entries.
+#[tokio::test]
+async fn searches_below_a_ceiling_never_pass_it() {
+    use super::Found;
+    let dir = tempfile::tempdir().unwrap();
+    let idx = CommitTimes::empty(engine(), dir.path());
+    let n = MAX_SEGMENT_ENTRIES as u64 * 2 + 10;
+    idx.record((1..=n).map(|i| ct(i * 8, i as i64 * 10)));
+    idx.persist(Lsn((n - 5) * 8)).await.unwrap();
+    assert_eq!(idx.stats().1, 2, "two sealed segments");
+    let full = MAX_SEGMENT_ENTRIES as u64;
+    for c in [1, 100, full, full + 1, full + 7, 2 * full, 2 * full + 3, n - 5, n - 2, n] {
+        let ceiling = Lsn(c * 8 + 3); // between entries c and c+1
+                                      // A time after everything: the last entry at or below the ceiling.
+        let found = idx.find_after(i64::MAX, ceiling).await.unwrap();
+        assert_eq!(found, Found::AllBefore(Lsn(c * 8)), "ceiling after entry {c}");
+        // A time after entry c-1: entry c is the first after it.
+        let found = idx.find_after((c as i64 - 1) * 10 + 5, ceiling).await.unwrap();
+        let Found::After { first_after, before } = found else { panic!("{found:?}") };
+        assert_eq!(first_after, ct(c * 8, c as i64 * 10), "ceiling after entry {c}");
+        assert_eq!(before, (c > 1).then(|| Lsn((c - 1) * 8)));
+        // A time between entry c and c+1 answers entry c, not c+1.
+        let found = idx.find_after(c as i64 * 10 + 5, ceiling).await.unwrap();
+        assert_eq!(found, Found::AllBefore(Lsn(c * 8)), "ceiling after entry {c}");
+    }
+    assert_eq!(idx.find_after(0, Lsn(7)).await.unwrap(), Found::Nothing);
+}

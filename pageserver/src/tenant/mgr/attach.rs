@@ -10,7 +10,9 @@
 //!   "not found" to reads; the pageserver that uploaded them may still
 //!   have them and upload them again), build the tenant directory as
 //!   `<id>.___temp` (`tenant.json`, per timeline `metadata` from the index
-//!   and `wal_source.json` when it has one), fsync, rename into place, fsync
+//!   and `wal_source.json` when it has one, its commit-time segments,
+//!   downloaded and checked: a damaged one refuses the attach (409, naming
+//!   the object) as a missing one does), fsync, rename into place, fsync
 //!   the parent, then load it: its layers are remote-only and downloaded
 //!   when read, and a background prefetch downloads them all
 //!   (`tenant/prefetch.rs`). Loading a timeline makes its manifest the
@@ -53,6 +55,7 @@ use super::TenantManager;
 use crate::metrics::storage as metrics;
 use crate::remote_storage::RemoteStorage;
 use crate::tenant::attachment::TenantFile;
+use crate::tenant::remote_timeline::commit_times;
 use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{
     check_index_objects, claim_generation, download_newest_index, list_timelines, name_objects,
@@ -185,7 +188,13 @@ impl TenantManager {
         claim(rs, id, generation).await?;
         let indexes = download_indexes(rs, id, generation).await?;
         refuse_incomplete(rs, id, &indexes).await?;
-        self.build_tenant_dir(id, generation, &indexes).await?;
+        if let Err(e) = self.build_tenant_dir(rs, id, generation, &indexes).await {
+            // A damaged object is refused as a missing one is (module comment).
+            if e.downcast_ref::<commit_times::DamagedSegment>().is_some() {
+                return Err(LocationError::Conflict(format!("tenant {id} is not attached: {e:#}")));
+            }
+            return Err(e.into());
+        }
         let dir = self.tenant_dir(id);
         let cancel = self.cancel.child_token();
         let loaded = Tenant::load_with_indexes(
@@ -219,6 +228,7 @@ impl TenantManager {
     /// attach or start-up removes.
     async fn build_tenant_dir(
         &self,
+        rs: &RemoteStorage,
         id: TenantId,
         generation: Generation,
         indexes: &HashMap<TimelineId, IndexPart>,
@@ -239,7 +249,7 @@ impl TenantManager {
         engine.create_dir_all(&tl_dir).await?;
         TenantFile { generation }.persist(engine, &temp_dir).await?;
         for (tl, ip) in indexes {
-            write_timeline_dir(engine, &tl_dir.join(tl.to_string()), ip)
+            write_timeline_dir(rs, engine, (id, *tl), &tl_dir.join(tl.to_string()), ip)
                 .await
                 .with_context(|| format!("attach timeline {id}/{tl}"))?;
         }
@@ -430,12 +440,27 @@ async fn refuse_incomplete(
     )))
 }
 
-/// A timeline's directory as the index describes it: `metadata` and, when
-/// it follows a primary, `wal_source.json` (each written durably).
-async fn write_timeline_dir(engine: &IoEngine, dir: &Path, ip: &IndexPart) -> anyhow::Result<()> {
+/// A timeline's directory as the index describes it: `metadata`, its
+/// commit-time segments (downloaded and checked) and, when it follows a
+/// primary, `wal_source.json` (each written durably).
+async fn write_timeline_dir(
+    rs: &RemoteStorage,
+    engine: &IoEngine,
+    ids: (TenantId, TimelineId),
+    dir: &Path,
+    ip: &IndexPart,
+) -> anyhow::Result<()> {
     let md = ip.to_metadata()?;
     engine.create_dir_all(dir).await?;
     md.persist(engine, dir).await?;
+    match &ip.commit_times {
+        Some(ct) => commit_times::download_segments(rs, engine, ids, ct, dir).await?,
+        None => info!(
+            "timeline {}/{}: its index (generation {}) has no commit-time index (an older \
+             pageserver wrote it): times before the attach answer past or nodata",
+            ids.0, ids.1, ip.generation
+        ),
+    }
     if let Some(source) = &ip.wal_source {
         source.persist(engine, dir).await?;
     }

@@ -23,11 +23,13 @@ use tracing::warn;
 use utils::id::{TenantId, TimelineId};
 use utils::lsn::Lsn;
 
+use super::commit_times::IndexSegment;
 use super::index_part::{IndexLayer, IndexPart};
 use super::upload::DueDeletion;
 use super::{layer_key, Generation};
 use crate::metrics::remote as metrics;
 use crate::remote_storage::{RemoteError, RemoteStorage};
+use crate::tenant::commit_times::CommitTimesSnapshot;
 use crate::tenant::metadata::{LayerEntry, TimelineMetadata};
 use crate::tenant::storage_layer::LayerName;
 use crate::tenant::timeline::wal_source::WalSource;
@@ -38,14 +40,28 @@ pub struct UploadTarget {
     pub seq: u64,
     pub md: TimelineMetadata,
     pub wal_source: Option<WalSource>,
+    /// The commit-time index's segments to list with it
+    /// (`commit_times.rs`); they cover `md.disk_consistent_lsn` (asserted).
+    pub commit_times: CommitTimesSnapshot,
     /// Position in `md.layers` by layer name.
     by_name: HashMap<String, usize>,
 }
 
 impl UploadTarget {
-    fn new(seq: u64, md: TimelineMetadata, wal_source: Option<WalSource>) -> UploadTarget {
+    fn new(
+        seq: u64,
+        md: TimelineMetadata,
+        wal_source: Option<WalSource>,
+        commit_times: CommitTimesSnapshot,
+    ) -> UploadTarget {
+        assert!(
+            commit_times.durable_lsn >= md.disk_consistent_lsn,
+            "the commit-time index is durable to {}, the manifest says {}",
+            commit_times.durable_lsn,
+            md.disk_consistent_lsn
+        );
         let by_name = md.layers.iter().enumerate().map(|(i, l)| (l.name.clone(), i)).collect();
-        UploadTarget { seq, md, wal_source, by_name }
+        UploadTarget { seq, md, wal_source, commit_times, by_name }
     }
 
     /// The target's entry for the layer `name`.
@@ -85,6 +101,9 @@ pub struct RemoteTimelineClient {
     /// uploads and shrinks by deletions this client makes. Lock order:
     /// this lock, then (briefly) a borrow of `target`, never the reverse.
     pub(super) uploaded: Mutex<BTreeMap<String, IndexLayer>>,
+    /// The same for commit-time segments (by file name). Lock order: after
+    /// `uploaded` if both are held.
+    pub(super) uploaded_segments: Mutex<BTreeMap<String, IndexSegment>>,
     /// The last index uploaded (or downloaded at attach), if any.
     pub(super) last_index: Mutex<Option<Arc<IndexPart>>>,
     /// The newest manifest to upload; `seq` of the last one uploaded.
@@ -121,6 +140,8 @@ impl RemoteTimelineClient {
         index: Option<IndexPart>,
     ) -> RemoteTimelineClient {
         let uploaded = index.as_ref().map(|ip| ip.layers.clone()).unwrap_or_default();
+        let segments = index.as_ref().and_then(|ip| ip.commit_times.as_ref());
+        let uploaded_segments = segments.map(|ct| ct.segments.clone()).unwrap_or_default();
         let lsn = index.as_ref().map(|ip| ip.disk_consistent_lsn);
         let remote_consistent = RemoteConsistency { lsn, missing: Vec::new() };
         RemoteTimelineClient {
@@ -131,6 +152,7 @@ impl RemoteTimelineClient {
             engine,
             dir,
             uploaded: Mutex::new(uploaded),
+            uploaded_segments: Mutex::new(uploaded_segments),
             last_index: Mutex::new(index.map(Arc::new)),
             target: watch::Sender::new(None),
             next_seq: AtomicU64::new(1),
@@ -170,11 +192,18 @@ impl RemoteTimelineClient {
         self.target.borrow().clone()
     }
 
-    /// Make remote storage match `md` (just written as the local manifest)
-    /// and `wal_source`: replaces any target not yet uploaded.
-    pub fn schedule_index_upload(&self, md: TimelineMetadata, wal_source: Option<WalSource>) {
+    /// Make remote storage match `md` (just written as the local manifest),
+    /// `wal_source` and `commit_times` (taken after the index was made
+    /// durable to `md`'s LSN): replaces any target not yet uploaded.
+    pub fn schedule_index_upload(
+        &self,
+        md: TimelineMetadata,
+        wal_source: Option<WalSource>,
+        commit_times: CommitTimesSnapshot,
+    ) {
         let seq = self.next_seq.fetch_add(1, Ordering::AcqRel);
-        self.target.send_replace(Some(Arc::new(UploadTarget::new(seq, md, wal_source))));
+        let target = UploadTarget::new(seq, md, wal_source, commit_times);
+        self.target.send_replace(Some(Arc::new(target)));
         self.update_pending();
     }
 

@@ -17,6 +17,10 @@
 //!  "ancestor_timeline_id": "...", "ancestor_lsn": "0/14EE2C8"}
 //! ```
 //!
+//! `commit_times` (`commit_times.rs`, versioned on its own) lists the
+//! commit-time index's segment objects; indexes written before it existed
+//! load without it.
+//!
 //! `ancestor_timeline_id` and `ancestor_lsn` are only there for a branch
 //! (indexes written before branches existed load as timelines without an
 //! ancestor); a branch's `ancestor_lsn` must be its `initial_lsn`.
@@ -32,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use utils::id::TimelineId;
 use utils::lsn::Lsn;
 
+use super::commit_times::IndexCommitTimes;
 use super::Generation;
 use crate::remote_storage::ObjectCheck;
 use crate::tenant::lsn_by_time::LsnTimeRecord;
@@ -117,6 +122,9 @@ pub struct IndexPart {
     /// Where a branch branched (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ancestor_lsn: Option<Lsn>,
+    /// The commit-time index's segments (absent in older indexes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_times: Option<IndexCommitTimes>,
 }
 
 impl IndexPart {
@@ -152,6 +160,7 @@ impl IndexPart {
             wal_source,
             ancestor_timeline_id: md.ancestor_timeline_id,
             ancestor_lsn: md.ancestor().map(|(_, lsn)| lsn),
+            commit_times: None,
         }
     }
 
@@ -177,6 +186,9 @@ impl IndexPart {
                 ip.generation,
                 l.generation
             );
+        }
+        if let Some(ct) = &ip.commit_times {
+            ct.check(ip.generation).context("index_part.json")?;
         }
         match (ip.ancestor_timeline_id, ip.ancestor_lsn) {
             (None, None) => {}

@@ -5,6 +5,7 @@
 //! tenants/<tenant>/generations/<gen>                         a claim (see below)
 //! tenants/<tenant>/timelines/<timeline>/index_part.json-<gen> the manifest (index_part.rs)
 //! tenants/<tenant>/timelines/<timeline>/<layer name>-<gen>    a layer file
+//! tenants/<tenant>/timelines/<timeline>/<segment>.ct-<gen>    a commit-time segment (commit_times.rs)
 //! ```
 //! `<gen>` is the generation as 8 hex digits.
 //!
@@ -26,7 +27,8 @@
 //! deleted and re-created, a lifecycle rule, an operator). An index is only
 //! vouched for (`remote_consistent_lsn` advances to its
 //! `disk_consistent_lsn`) once a listing taken *after* it was written shows
-//! the index and every layer object it lists at the size it records
+//! the index and every layer and commit-time segment object it lists at
+//! the size it records
 //! ([`missing_objects`]). A loss found then, by a periodic listing, or by a
 //! 404 on a download, makes the upload queue forget the lost objects and
 //! upload them again from the local layer files before the next index
@@ -35,8 +37,10 @@
 //! them (`tenant/mgr/attach.rs`), before anything is built locally.
 
 pub mod client;
+pub mod commit_times;
 pub mod index_part;
 mod upload;
+mod upload_segments;
 
 use std::fmt;
 
@@ -44,6 +48,7 @@ use serde::{Deserialize, Serialize};
 use utils::id::{TenantId, TimelineId};
 
 use crate::remote_storage::{ListedObject, RemoteError, RemoteStorage};
+use crate::tenant::commit_times::SegmentRange;
 use crate::tenant::storage_layer::LayerName;
 use index_part::IndexPart;
 
@@ -108,6 +113,7 @@ fn generations_prefix(tenant: TenantId) -> String {
 pub enum TimelineObject {
     Index(Generation),
     Layer(LayerName, Generation),
+    CommitTimes(SegmentRange, Generation),
 }
 
 impl TimelineObject {
@@ -116,6 +122,9 @@ impl TimelineObject {
         let generation = Generation::parse_suffix(generation)?;
         if stem == INDEX_PART_NAME {
             return Some(TimelineObject::Index(generation));
+        }
+        if let Some(r) = SegmentRange::parse(stem) {
+            return Some(TimelineObject::CommitTimes(r, generation));
         }
         LayerName::parse(stem).map(|n| TimelineObject::Layer(n, generation))
     }
@@ -216,7 +225,8 @@ pub enum SizeCheck {
 
 /// The objects `index` needs that `listed` (a listing of the timeline's
 /// prefix) lacks (or, with `SizeCheck::Missing`, holds at another size):
-/// the index itself, then its layers, as keys relative to the prefix.
+/// the index itself, then its layers, then its commit-time segments, as
+/// keys relative to the prefix.
 pub fn missing_objects(
     tenant: TenantId,
     timeline: TimelineId,
@@ -235,6 +245,14 @@ pub fn missing_objects(
         let key = layer_key(tenant, timeline, name, l.generation);
         let size = listed_sizes.get(key.as_str());
         if size.is_none() || (sizes == SizeCheck::Missing && size != Some(&l.file_size)) {
+            missing.push(key);
+        }
+    }
+    let segments = index.commit_times.iter().flat_map(|ct| &ct.segments);
+    for (name, s) in segments {
+        let key = commit_times::segment_key(tenant, timeline, name, s.generation);
+        let size = listed_sizes.get(key.as_str());
+        if size.is_none() || (sizes == SizeCheck::Missing && size != Some(&s.file_size)) {
             missing.push(key);
         }
     }

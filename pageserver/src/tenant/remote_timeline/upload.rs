@@ -5,8 +5,9 @@
 //! Order, per target (the contract remote durability rests on):
 //! 1. upload every layer the target lists that remote storage lacks, as
 //!    `<name>-<own generation>` (`concurrency` at a time);
+//!    Then the commit-time segments it lacks (`upload_segments.rs`);
 //! 2. upload `index_part.json-<own generation>` listing exactly the
-//!    target's layers, then list the timeline's objects: only if the index
+//!    target's layers and commit-time segments, then list the timeline's objects: only if the index
 //!    and every layer object it lists are there (at their sizes) is
 //!    `remote_consistent_lsn` now the target's `disk_consistent_lsn`.
 //!    Objects missing (the store lost them: a bucket deleted and
@@ -144,13 +145,14 @@ impl RemoteTimelineClient {
         .buffer_unordered(concurrency);
         let results: Vec<anyhow::Result<()>> = uploads.collect().await;
         results.into_iter().collect::<anyhow::Result<()>>()?;
+        self.upload_segments(target, cancel).await?;
         if self.superseded(target) {
             return Ok(());
         }
         self.upload_index(target).await
     }
 
-    fn superseded(&self, target: &UploadTarget) -> bool {
+    pub(super) fn superseded(&self, target: &UploadTarget) -> bool {
         self.target_rx().borrow().as_ref().is_some_and(|t| t.seq > target.seq)
     }
 
@@ -232,6 +234,7 @@ impl RemoteTimelineClient {
             let uploaded = self.uploaded.lock().unwrap();
             IndexPart::new(self.generation, &target.md, &uploaded, target.wal_source.clone())
         };
+        let index = IndexPart { commit_times: Some(self.index_commit_times(target)), ..index };
         let key = index_key(self.tenant_id, self.timeline_id, self.generation);
         self.storage().put(&key, index.to_json().into()).await?;
         metrics::record_upload("index", 0, started.elapsed());
@@ -251,7 +254,7 @@ impl RemoteTimelineClient {
                 name_objects(&missing)
             );
         }
-        let unlisted: Vec<(String, Generation)> = {
+        let mut unlisted: Vec<(String, Generation)> = {
             let mut uploaded = self.uploaded.lock().unwrap();
             let gone: Vec<String> =
                 uploaded.keys().filter(|n| !index.layers.contains_key(*n)).cloned().collect();
@@ -262,6 +265,7 @@ impl RemoteTimelineClient {
                 })
                 .collect()
         };
+        unlisted.extend(self.unlisted_segments(&index));
         if !unlisted.is_empty() {
             let due = Instant::now() + self.storage().conf().deletion_delay;
             self.deletions.lock().unwrap().push(DueDeletion { due, objects: unlisted });
@@ -320,6 +324,7 @@ impl RemoteTimelineClient {
                 }
             }
         }
+        self.forget_missing_segments(index, missing);
         self.update_pending();
         let full: Vec<String> = missing.iter().map(|k| self.storage().full_key(k)).collect();
         self.set_missing(full);

@@ -43,6 +43,7 @@ async fn fixture_checking(extra: &str, period: Duration) -> Fixture {
     let rs = storage(&remote_root, extra);
     let mut conf = StorageConf::for_tests(dir.path());
     conf.compaction.compaction_period = Duration::ZERO;
+    conf.compaction.pitr_interval = Duration::ZERO; // GC follows `gc_horizon` alone
     let conf = Arc::new(conf);
     let (t, id) = (TenantId::generate(), TimelineId::generate());
     let tl_dir = dir.path().join("timeline");
@@ -261,4 +262,82 @@ async fn a_404_and_the_periodic_check_restore_lost_objects_and_the_claim() {
         assert_complete(&f).await;
         f.tl.shutdown(false, Duration::ZERO).await;
     }
+}
+
+/// The commit-time segments' objects, sorted.
+async fn segment_objects(rs: &RemoteStorage, tl: &Timeline) -> Vec<String> {
+    let listed = rs.list(&timeline_prefix(tl.tenant_id, tl.timeline_id)).await.unwrap();
+    let names = listed.into_iter().filter_map(|o| {
+        let file = o.key.rsplit('/').next()?.to_string();
+        matches!(TimelineObject::parse(&file), Some(TimelineObject::CommitTimes(..)))
+            .then_some(file)
+    });
+    let mut v: Vec<_> = names.collect();
+    v.sort();
+    v
+}
+
+/// The segment objects the newest index lists, as object names.
+async fn indexed_segments(f: &Fixture) -> Vec<String> {
+    let (t, tl) = (f.tl.tenant_id, f.tl.timeline_id);
+    let ip = download_newest_index(&f.rs, t, tl, Generation(1)).await.unwrap().expect("an index");
+    let ct = ip.commit_times.expect("the index lists the commit-time index");
+    ct.segments.iter().map(|(n, s)| format!("{n}-{}", s.generation.suffix())).collect()
+}
+
+/// `n` commit times from LSN `from` on, 8 bytes apart, one second each.
+fn commits(from: u64, n: u64) -> Vec<crate::tenant::commit_times::CommitTime> {
+    let e = |i: u64| crate::tenant::commit_times::CommitTime {
+        lsn: Lsn(from + i * 8),
+        ts: (from + i * 8) as i64 * 1_000_000,
+    };
+    (0..n).map(e).collect()
+}
+
+#[tokio::test]
+async fn commit_time_segments_are_uploaded_listed_replaced_and_deleted_after_gc() {
+    let f = fixture("").await;
+    let remote = f.tl.remote_client().unwrap().clone();
+    let full = crate::tenant::commit_times::MAX_SEGMENT_ENTRIES as u64;
+    // Two sealed segments and a tail.
+    f.tl.commit_times.record(commits(0x20, 2 * full + 10));
+    write_and_flush(&f.tl, 0..10, 0x20 + (2 * full + 10) * 8).await;
+    assert!(remote.wait_uploaded(f.tl.get_disk_consistent_lsn(), Duration::from_secs(10)).await);
+    let first = indexed_segments(&f).await;
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(segment_objects(&f.rs, &f.tl).await, first);
+    // More transactions: a new tail is uploaded, the old one deleted; the
+    // sealed ones are not uploaded again.
+    let next = 0x20 + (2 * full + 10) * 8 + 8;
+    f.tl.commit_times.record(commits(next, 5));
+    write_and_flush(&f.tl, 0..10, next + 5 * 8).await;
+    assert!(remote.wait_uploaded(Lsn(next + 5 * 8), Duration::from_secs(10)).await);
+    let second = indexed_segments(&f).await;
+    assert_eq!((second.len(), &second[..2]), (3, &first[..2]), "{second:?}");
+    assert_ne!(second[2], first[2]);
+    let (rs, tl) = (f.rs.clone(), f.tl.clone());
+    let want = second.clone();
+    eventually("the old tail deleted", async || segment_objects(&rs, &tl).await == want).await;
+    // A lost segment object is uploaded again before remote_consistent_lsn moves.
+    std::fs::remove_file(f.remote_root.join(format!(
+        "{}/{}",
+        timeline_prefix(tl.tenant_id, tl.timeline_id),
+        second[1]
+    )))
+    .unwrap();
+    write_and_flush(&f.tl, 0..10, next + 6 * 8).await;
+    assert!(remote.wait_uploaded(Lsn(next + 6 * 8), Duration::from_secs(10)).await);
+    assert_eq!(segment_objects(&f.rs, &f.tl).await, second, "uploaded again");
+    assert_complete(&f).await;
+    // GC past both sealed segments: the older one goes, locally and remotely.
+    f.tl.gc(Some(0)).await.unwrap();
+    let want = second[1..].to_vec();
+    let f2 = &f;
+    eventually("the index no longer lists the GC'd segment", async || {
+        indexed_segments(f2).await == want
+    })
+    .await;
+    eventually("its object deleted", async || segment_objects(&rs, &tl).await == want).await;
+    assert_eq!(f.tl.commit_times.stats().1, 1, "one sealed segment left locally");
+    f.tl.shutdown(false, Duration::ZERO).await;
 }

@@ -182,7 +182,8 @@ impl Timeline {
         self.commit_times.persist(lsn).await?;
         md.persist(&self.conf.io_engine, &self.dir).await?;
         if let Some(remote) = &self.remote {
-            remote.schedule_index_upload(md, self.wal_source());
+            let commit_times = self.commit_times.snapshot(md.gc_cutoff);
+            remote.schedule_index_upload(md, self.wal_source(), commit_times);
         }
         failpoint("flush::after-metadata")?;
         self.flush_state.send_modify(|s| {

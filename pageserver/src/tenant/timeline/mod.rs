@@ -58,6 +58,7 @@ use utils::seqwait::SeqWait;
 mod backpressure;
 pub mod branch;
 mod cluster;
+mod commit_lookup;
 pub mod compaction;
 mod flush;
 pub mod gc;
@@ -291,7 +292,8 @@ impl Timeline {
         if let Some(remote) = &tl.remote {
             // Remote storage catches up with the manifest as loaded (after a
             // restart, or under a new generation after an attach).
-            remote.schedule_index_upload(md, tl.wal_source());
+            let commit_times = tl.commit_times.snapshot(md.gc_cutoff);
+            remote.schedule_index_upload(md, tl.wal_source(), commit_times);
             let upload = remote.clone().upload_loop(tl.cancel.clone());
             tl.tasks.spawn_on(upload.instrument(span.clone()), background);
         }

@@ -67,6 +67,7 @@ pub(crate) fn client(
         wal_source: None,
         ancestor_timeline_id: None,
         ancestor_lsn: None,
+        commit_times: None,
     };
     let dir = dir.to_path_buf();
     Arc::new(RemoteTimelineClient::new(
