@@ -130,19 +130,22 @@ def test_commit_times_survive_losing_the_disk(pageserver_factory, minio, primary
 
 def check_branches(http, tenant, tl, points, lsns, start):
     """A branch at commit 2 (and a branch of it there) answers from the
-    ancestor below its branch point, never above it."""
+    ancestor below its branch point, never above it, and always with an LSN
+    the branch restores: at least the branch point."""
     point = lsns[1]
     branch, sub = os.urandom(16).hex(), os.urandom(16).hex()
     for new, ancestor in ((branch, tl), (sub, branch)):
         body = {"new_timeline_id": new, "ancestor_timeline_id": ancestor, "ancestor_start_lsn": fmt_lsn(point)}
         http._json("POST", f"/v1/tenant/{tenant}/timeline", json=body)
-    floor = lsn_by_time(http, tenant, tl, start - timedelta(days=365))
+    assert lsn_by_time(http, tenant, tl, points[0][0]) == ("present", lsns[0])
     for b in (branch, sub):
-        assert lsn_by_time(http, tenant, b, points[0][0]) == ("present", lsns[0]), b
+        # Between commits 1 and 2 is the ancestor's moment: the branch point
+        # already holds commit 2.
+        assert lsn_by_time(http, tenant, b, points[0][0]) == ("past", point), b
+        assert lsn_by_time(http, tenant, b, start - timedelta(days=365)) == ("past", point), b
         # Commit 2 is the last the branch has: every later time is "future" at it.
         assert lsn_by_time(http, tenant, b, points[1][0]) == ("future", point), b
         assert lsn_by_time(http, tenant, b, points[5][0]) == ("future", point), b
-        assert lsn_by_time(http, tenant, b, start - timedelta(days=365)) == floor, b
         assert time_of_lsn(http, tenant, b, point) == time_of_lsn(http, tenant, tl, point), b
     # The ancestor itself goes on past the branch point.
     assert lsn_by_time(http, tenant, tl, points[5][0]) == ("present", lsns[5])

@@ -199,7 +199,9 @@ async fn bad_branches_are_refused_naming_why() {
 }
 
 /// `get_lsn_by_timestamp` on a branch: its own transactions, then the
-/// ancestor's at or below the branch point, never one above it.
+/// ancestor's at or below the branch point (never one above it) decide the
+/// answer, and the answer is an LSN the branch restores: at least its
+/// branch point.
 #[tokio::test]
 async fn commit_time_lookups_search_the_ancestor_below_the_branch_point() {
     use super::super::commit_times::{CommitTime, LsnForTimestamp::*};
@@ -209,15 +211,20 @@ async fn commit_time_lookups_search_the_ancestor_below_the_branch_point() {
     let ct = |lsn: u64, ts: i64| CommitTime { lsn: Lsn(lsn), ts };
     main.commit_times.record([ct(0x18, 100), ct(0x28, 300)]);
     branch.commit_times.record([ct(0x30, 400)]);
-    let floor = main.min_readable_lsn().max(main.gc_cutoff());
-    assert_eq!(branch.lookup_min_lsn(), floor, "the branch shares the ancestor's history");
+    let bp = Lsn(0x20);
+    assert_eq!(branch.lookup_min_lsn(), bp, "the branch restores from its branch point");
     let (m, b) = (&main, &branch);
-    assert_eq!(b.lsn_for_timestamp(150).await.unwrap(), Present(Lsn(0x18)));
+    // After the ancestor's 0x18 and before the branch's 0x30: the branch
+    // point holds exactly those transactions.
+    assert_eq!(b.lsn_for_timestamp(150).await.unwrap(), Present(bp));
     // The ancestor's 0x28 (at 300) is above the branch point: not the branch's.
-    assert_eq!(b.lsn_for_timestamp(350).await.unwrap(), Present(Lsn(0x18)));
+    assert_eq!(b.lsn_for_timestamp(350).await.unwrap(), Present(bp));
     assert_eq!(m.lsn_for_timestamp(350).await.unwrap(), Future(Lsn(0x28)));
     assert_eq!(b.lsn_for_timestamp(450).await.unwrap(), Future(Lsn(0x30)));
-    assert_eq!(b.lsn_for_timestamp(50).await.unwrap(), Past(floor));
+    // Before the ancestor's 0x18: the branch point already holds a later
+    // transaction, so the moment is the ancestor's to restore.
+    assert_eq!(b.lsn_for_timestamp(50).await.unwrap(), Past(bp));
+    assert_eq!(m.lsn_for_timestamp(50).await.unwrap(), Past(main.lookup_min_lsn()));
     assert_eq!(b.timestamp_of_lsn(Lsn(0x20)).await.unwrap(), Some(100));
     assert_eq!(b.timestamp_of_lsn(Lsn(0x2f)).await.unwrap(), Some(100), "not the ancestor's 300");
     assert_eq!(b.timestamp_of_lsn(Lsn(0x30)).await.unwrap(), Some(400));
@@ -225,7 +232,7 @@ async fn commit_time_lookups_search_the_ancestor_below_the_branch_point() {
     // A branch of the branch at 0x30, without transactions of its own.
     let sub = t.create_branch(TimelineId::generate(), branch.timeline_id, Some(Lsn(0x30)));
     let sub = sub.await.unwrap();
-    assert_eq!(sub.lsn_for_timestamp(350).await.unwrap(), Present(Lsn(0x18)));
+    assert_eq!(sub.lsn_for_timestamp(350).await.unwrap(), Past(Lsn(0x30)), "0x30 ended at 400");
     assert_eq!(sub.lsn_for_timestamp(i64::MAX).await.unwrap(), Future(Lsn(0x30)));
     assert_eq!(sub.timestamp_of_lsn(Lsn(0x29)).await.unwrap(), Some(100));
 }

@@ -10,12 +10,13 @@
 //! branch point are never seen, so an answer from the ancestor is never
 //! above the branch point.
 //!
-//! The lowest LSN an answer can have is the lowest LSN readable along the
-//! chain: a branch whose own GC cutoff has not passed its branch point
-//! shares its ancestor's history below it, so the ancestor's (recursively);
-//! otherwise the branch's own. An answer below the branch point is an LSN
-//! of the ancestor's history (reads on the branch below its branch point
-//! are refused: restore it from the ancestor, where it is the same data).
+//! An answer is always an LSN this timeline can restore: at least its own
+//! lowest readable LSN (a branch's branch point) and GC cutoff. The
+//! ancestors' entries decide the kind, so a time between the branch
+//! point's last transaction and the branch's first is `present` at the
+//! branch point, and a time before a transaction at or below the branch
+//! point is `past` at the branch point (that moment is the ancestor's to
+//! restore; reads on a branch below its branch point are refused).
 
 use utils::lsn::Lsn;
 
@@ -37,16 +38,10 @@ impl Timeline {
         chain
     }
 
-    /// The lowest LSN a `get_lsn_by_timestamp` answer can have (module
-    /// comment).
+    /// The lowest LSN a `get_lsn_by_timestamp` answer can have: the lowest
+    /// this timeline restores (module comment).
     pub fn lookup_min_lsn(&self) -> Lsn {
-        let mut tl = self;
-        loop {
-            match tl.ancestor() {
-                Some((a, lsn)) if tl.gc_cutoff() <= lsn => tl = a,
-                _ => return tl.min_readable_lsn().max(tl.gc_cutoff()),
-            }
-        }
+        self.min_readable_lsn().max(self.gc_cutoff())
     }
 
     /// The LSN whose restore holds exactly the transactions that ended by
