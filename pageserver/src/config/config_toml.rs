@@ -183,7 +183,9 @@ impl Default for ConfigToml {
             wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
             wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
             wal_receiver_timeout: duration(DEFAULT_WAL_RECEIVER_TIMEOUT),
-            wal_receiver_slot_advance_interval: duration(DEFAULT_WAL_RECEIVER_SLOT_ADVANCE_INTERVAL),
+            wal_receiver_slot_advance_interval: duration(
+                DEFAULT_WAL_RECEIVER_SLOT_ADVANCE_INTERVAL,
+            ),
             wal_redo_check: false,
             max_concurrent_backups: DEFAULT_MAX_CONCURRENT_BACKUPS,
             max_concurrent_backups_per_tenant: DEFAULT_MAX_CONCURRENT_BACKUPS_PER_TENANT,

@@ -11,8 +11,8 @@ use axum::Json;
 use futures::StreamExt;
 use pageserver_api::models::{
     CheckpointResponse, KeySpace, LsnLeaseInfo, LsnLeaseRequest, LsnLeaseResponse,
-    TimelineCreateRequest, TimelineInfo, TimelineState, WalSourceHostInfo, WalSourceInfo, WalSourceRequest,
-    DEFAULT_PG_VERSION,
+    TimelineCreateRequest, TimelineInfo, TimelineState, WalSourceHostInfo, WalSourceInfo,
+    WalSourceRequest, DEFAULT_PG_VERSION,
 };
 use serde::Deserialize;
 use utils::id::{TenantId, TimelineId};

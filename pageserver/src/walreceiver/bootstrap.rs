@@ -179,7 +179,7 @@ async fn slots_on_other_hosts(
 pub async fn connect_and_check(
     cs: &ConnString,
 ) -> Result<(ReplicationClient, u32), BootstrapError> {
-    let mut client = ReplicationClient::connect_with(&cs)
+    let mut client = ReplicationClient::connect_with(cs)
         .await
         .map_err(|e| refused(format!("cannot connect to the primary {}: {e}", cs.redacted())))?;
     let show = |v: Result<String, pq_proto::client::ClientError>, name: &str| {
@@ -486,7 +486,8 @@ async fn release_replaced(old: &WalSource, new: &WalSource, conf: &WalReceiverCo
         if old.slot == new.slot && listed.contains(&addr) {
             continue;
         }
-        let dropped = slots::drop_at(old, &addr);
+        // The stopped receiver's walsender may hold the slot a moment longer.
+        let dropped = slots::drop_at(old, &addr, true);
         let result = match super::session::bounded(conf.timeout, dropped).await {
             Some(r) => r,
             None => Err(anyhow::anyhow!("no answer within {:?}", conf.timeout)),

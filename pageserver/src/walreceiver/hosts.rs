@@ -123,17 +123,20 @@ pub async fn choose(
                     }
                     Some(Ok(Err(end))) => return Ok(Err(end)),
                     Some(Err(e)) => skipped.push(format!("{}: {e:#}", addrs[i])),
-                    None if addrs.len() == 1 => {
-                        return Ok(Err(stalled("TIMELINE_HISTORY", conf)))
+                    None if addrs.len() == 1 => return Ok(Err(stalled("TIMELINE_HISTORY", conf))),
+                    None => {
+                        skipped.push(format!("{}: {}", addrs[i], stalled("TIMELINE_HISTORY", conf)))
                     }
-                    None => skipped.push(format!("{}: {}", addrs[i], stalled("TIMELINE_HISTORY", conf))),
                 }
                 probed[i] = Some(None);
             }
             Step::Exhausted if addrs.len() == 1 => bail!("{}", skipped.join("; ")),
             Step::Exhausted => {
                 let want = attrs.as_str();
-                bail!("no host to stream from (target_session_attrs {want}): {}", skipped.join("; "))
+                bail!(
+                    "no host to stream from (target_session_attrs {want}): {}",
+                    skipped.join("; ")
+                )
             }
         }
         debug_assert!(skipped.len() <= addrs.len(), "a host is skipped at most once");
@@ -145,7 +148,8 @@ async fn probe(
     cs: &ConnString,
     source: &WalSource,
 ) -> anyhow::Result<(ReplicationClient, IdentifySystem, Role)> {
-    let mut client = ReplicationClient::connect_with(cs).await.context("connect")?;
+    // The client's error names the address and the cause.
+    let mut client = ReplicationClient::connect_with(cs).await?;
     let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
     if id.systemid != source.system_id {
         bail!(

@@ -130,7 +130,8 @@ async fn keep(tl: &Timeline, source: &WalSource, cs: &ConnString, target: Lsn) -
 
 /// A replication connection to a host of `source`'s cluster.
 pub async fn connect(cs: &ConnString, source: &WalSource) -> anyhow::Result<ReplicationClient> {
-    let mut client = ReplicationClient::connect_with(cs).await.context("connect")?;
+    // The client's error names the address and the cause.
+    let mut client = ReplicationClient::connect_with(cs).await?;
     let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
     if id.systemid != source.system_id {
         bail!(

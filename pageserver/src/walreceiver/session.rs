@@ -302,7 +302,10 @@ fn n_hosts(source: &WalSource) -> usize {
 }
 
 /// `fut`, or `None` if it takes longer than `timeout` (never, without one).
-pub(super) async fn bounded<T>(timeout: Option<Duration>, fut: impl Future<Output = T>) -> Option<T> {
+pub(super) async fn bounded<T>(
+    timeout: Option<Duration>,
+    fut: impl Future<Output = T>,
+) -> Option<T> {
     match timeout {
         Some(t) => tokio::time::timeout(t, fut).await.ok(),
         None => Some(fut.await),

@@ -109,14 +109,16 @@ pub fn drop_sql(slot: &str) -> String {
 }
 
 /// Drop `source.slot` on its host `addr` (`host:port`, one of its
-/// connection string's) over a new replication connection.
-pub async fn drop_at(source: &WalSource, addr: &str) -> anyhow::Result<()> {
+/// connection string's) over a new replication connection; with `wait`,
+/// wait until the walsender of a session that just ended releases it
+/// (bound the call).
+pub async fn drop_at(source: &WalSource, addr: &str, wait: bool) -> anyhow::Result<()> {
     let list = source.host_list()?;
     let Some(cs) = list.hosts.iter().find(|cs| cs.addr() == addr) else {
         anyhow::bail!("host {addr} is not in the connection string");
     };
     let mut client = ReplicationClient::connect_with(cs).await.context("connect")?;
-    client.drop_slot(&source.slot, false).await.context("DROP_REPLICATION_SLOT")?;
+    client.drop_slot(&source.slot, wait).await.context("DROP_REPLICATION_SLOT")?;
     Ok(())
 }
 
@@ -125,7 +127,7 @@ pub async fn drop_at(source: &WalSource, addr: &str) -> anyhow::Result<()> {
 pub async fn drop_everywhere(source: &WalSource, cause: Cause) -> Vec<String> {
     let mut left = Vec::new();
     for addr in source.slot_hosts() {
-        match drop_at(source, &addr).await {
+        match drop_at(source, &addr, false).await {
             Ok(()) => info!("dropped replication slot {} on {addr}", source.slot),
             Err(e) => left.push(left_at(source, &addr, &e, cause)),
         }

@@ -48,9 +48,9 @@ use std::path::Path;
 
 use anyhow::Context;
 use io_engine::IoEngine;
-use pq_proto::connstring::HostList;
 use pageserver_api::models::{OnDivergence, PgTliSwitch};
 use postgres_ffi::wal::{TimelineHistory, TliSwitch};
+use pq_proto::connstring::HostList;
 use serde::{Deserialize, Serialize};
 use utils::lsn::Lsn;
 
