@@ -116,7 +116,8 @@ pub async fn choose(
             },
             Step::Take(i) => {
                 let (client, id) = clients[i].take().expect("a probed host has its client");
-                match bounded(conf.timeout, prepare(tl, client, id)).await {
+                let several = addrs.len() > 1;
+                match bounded(conf.timeout, prepare(tl, client, id, several)).await {
                     Some(Ok(Ok((client, id, server, tli)))) => {
                         let addr = addrs[i].clone();
                         return Ok(Ok(Chosen { client, addr, id, server, tli }));
@@ -169,20 +170,24 @@ async fn prepare(
     tl: &Timeline,
     mut client: ReplicationClient,
     id: IdentifySystem,
+    several: bool,
 ) -> anyhow::Result<Result<Prepared, SessionEnd>> {
     let start = tl.get_last_record_lsn();
-    if Lsn(id.xlogpos) < start {
+    let server = history::fetch(&mut client, id.timeline).await?;
+    // First: a divergence is one whatever the server's WAL end (a promoted
+    // standby may be below what the old primary sent).
+    let tli = match check_against(tl, &server, start).await? {
+        Ok(tli) => tli,
+        Err(end) => return Ok(Err(end)),
+    };
+    // With one host, `START_REPLICATION` says it (as before several hosts).
+    if several && Lsn(id.xlogpos) < start {
         bail!(
             "it has WAL only up to {} (on timeline {}), this timeline ingested up to {start}",
             Lsn(id.xlogpos),
             id.timeline
         );
     }
-    let server = history::fetch(&mut client, id.timeline).await?;
-    let tli = match check_against(tl, &server, start).await? {
-        Ok(tli) => tli,
-        Err(end) => return Ok(Err(end)),
-    };
     Ok(Ok((client, id, server, tli)))
 }
 
