@@ -8,7 +8,8 @@ one daemon for all of the steps, per major:
 - (b) the standby is stopped (immediate): the daemon switches to the
   primary and goes on; the standby, started again, has its slot advanced;
 - (d) `PUT .../source` without the primary drops the slot there; with it
-  again, the slot is created there again;
+  again, the slot is created there again; deleting another timeline that
+  follows both hosts drops its slot on both;
 - (a) + (c) under synchronous replication and load, the primary is stopped
   (immediate), the daemon is killed (-9), the standby is promoted and the
   daemon started: it goes on on the new primary, timeline 2, with every
@@ -44,7 +45,7 @@ OVERRIDES = {
 # A host stops or goes away while the daemon follows it; a slot on the dead
 # host cannot be dropped.
 ALLOWED = [
-    r"replication failed: .*(Connection refused|connection closed|closed the connection|shutting down|starting up|terminating|57P0[1-3]|no host to stream from)",
+    r"replication failed: .*(Connection refused|connection closed|closed the connection|Broken pipe|Connection reset|shutting down|starting up|terminating|57P0[1-3]|no host to stream from)",
     r"replication slot pageserver_\w+ on 127\.0\.0\.1:\d+ is left",
 ]
 
@@ -166,6 +167,14 @@ def test_multihost_source_follows_failover(pageserver_factory, pair):
     answer = http._json("PUT", f"/v1/tenant/{tenant}/timeline/{timeline}/source", json=body)
     assert answer["slots_left"] == [] and restart_lsn(primary, slot) is not None, answer
     wait_until("streaming from the standby again", lambda: get()["wal_source"]["host"] == host_of(standby) and get()["wal_source"]["state"] == "streaming")
+
+    # Deleting a timeline drops its slot on every host.
+    other = http._json("POST", f"/v1/tenant/{http.tenant_create()}/timeline", json={"source": {"connstring": two_hosts(primary, standby)}})
+    other_slot = f"pageserver_{other['timeline_id']}"
+    assert restart_lsn(primary, other_slot) is not None and restart_lsn(standby, other_slot) is not None
+    answer = http._json("DELETE", f"/v1/tenant/{other['tenant_id']}/timeline/{other['timeline_id']}")
+    assert answer == {"slot_dropped": other_slot}, answer
+    assert restart_lsn(primary, other_slot) is None and restart_lsn(standby, other_slot) is None
 
     # (a) + (c): synchronous replication, load, the primary dies, the daemon is killed.
     primary.set_conf({"synchronous_standby_names": "'walreceiver'"})
