@@ -241,6 +241,30 @@ pub struct WalSourceInfo {
     /// Why the latest session ended, if it failed; while flushing fails,
     /// the flush error.
     pub last_error: Option<String>,
+    /// The host (`host:port`) the latest session streamed from; `None`
+    /// before the first.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Each host of the connection string, as listed.
+    #[serde(default)]
+    pub hosts: Vec<WalSourceHostInfo>,
+}
+
+/// One host of a source (a multi-host connection string lists several).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalSourceHostInfo {
+    /// `host:port`.
+    pub host: String,
+    /// The slot is recorded as present there.
+    pub slot_present: bool,
+    /// `primary` or `standby`, once the slot keeper has reached it.
+    pub role: Option<String>,
+    /// The slot keeper advanced the slot there up to here.
+    pub advanced_lsn: Option<Lsn>,
+    /// The latest failure to reach it, create or advance its slot there.
+    pub last_error: Option<String>,
+    /// Failures so far.
+    pub errors: u64,
 }
 
 /// `GET /v1/tenant/{tenant}/timeline/{timeline}` (and the create response).

@@ -7,15 +7,25 @@
 //!
 //! Keys understood (in both forms): `host`, `hostaddr`, `port`, `user`,
 //! `password`, `dbname`, `application_name`, `options`, `connect_timeout`
-//! (seconds), `replication` and `sslmode` (`disable`, `allow` or `prefer`:
-//! this client has no TLS, so anything stronger is refused). Any other key
-//! is an error, so that a typo does not silently change a connection.
+//! (seconds), `replication`, `target_session_attrs` and `sslmode`
+//! (`disable`, `allow` or `prefer`: this client has no TLS, so anything
+//! stronger is refused). Any other key is an error, so that a typo does not
+//! silently change a connection.
+//!
+//! Several hosts, as libpq lists them (`hosts.rs`: [`HostList`]):
+//! `postgres://u@h1:p1,h2:p2/db` or `host=h1,h2 port=p1,p2` (one port for
+//! every host, or one per host; an empty entry is the default).
+//! [`ConnString::parse`] wants one host and names the hosts otherwise;
+//! [`HostList::parse`] takes any number.
 //!
 //! Only TCP is supported: the host defaults to `127.0.0.1` (not a Unix
 //! socket as in libpq), the port to 5432, the user to `postgres`.
 //! The password never appears in `Debug` output.
 
 use std::time::Duration;
+
+mod hosts;
+pub use hosts::{HostList, Role, Step, TargetSessionAttrs};
 
 /// A connection string that could not be parsed; the message names the
 /// part that was wrong.
@@ -89,16 +99,10 @@ impl std::str::FromStr for ConnString {
 }
 
 impl ConnString {
-    /// Either form, told apart by the `postgres://` or `postgresql://` prefix.
+    /// Either form, told apart by the `postgres://` or `postgresql://`
+    /// prefix; one host (several are refused, naming them).
     pub fn parse(s: &str) -> Result<ConnString, ConnStringError> {
-        let s = s.trim();
-        match s.strip_prefix("postgres://").or_else(|| s.strip_prefix("postgresql://")) {
-            Some(rest) => parse_url(rest),
-            None if s.contains('=') || s.is_empty() => parse_key_value(s),
-            None => Err(bad(format!(
-                "'{s}' is neither a postgres:// URL nor a list of key=value pairs"
-            ))),
-        }
+        HostList::parse(s)?.single()
     }
 
     /// A URL of this connection without its password, for logs and APIs:
@@ -135,18 +139,10 @@ impl ConnString {
         params
     }
 
-    /// Applies one `key=value` setting (shared by both forms).
+    /// Applies one `key=value` setting other than the host list's
+    /// (shared by both forms).
     fn set(&mut self, key: &str, value: String) -> Result<(), ConnStringError> {
         match key {
-            "host" | "hostaddr" => {
-                if value.starts_with('/') {
-                    return Err(bad(format!("{key} '{value}': Unix sockets are not supported")));
-                }
-                if !value.is_empty() {
-                    self.host = value;
-                }
-            }
-            "port" => self.port = parse_port(&value)?,
             "user" => self.user = value,
             "password" => self.password = Some(value),
             "dbname" => self.dbname = Some(value),
@@ -182,8 +178,9 @@ fn parse_port(p: &str) -> Result<u16, ConnStringError> {
     }
 }
 
-fn parse_url(rest: &str) -> Result<ConnString, ConnStringError> {
-    let mut cs = ConnString::default();
+fn parse_url(rest: &str) -> Result<hosts::Parsed, ConnStringError> {
+    let mut p = hosts::Parsed::default();
+    let cs = &mut p.cs;
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
         None => (rest, None),
@@ -208,16 +205,22 @@ fn parse_url(rest: &str) -> Result<ConnString, ConnStringError> {
         }
         cs.password = password;
     }
-    split_host_port(hostport, &mut cs)?;
+    for entry in hostport.split(',') {
+        let (host, port) = split_host_port(entry)?;
+        p.hosts.push(host);
+        p.ports.push(port);
+    }
     for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
         let (k, v) =
             kv.split_once('=').ok_or_else(|| bad(format!("parameter '{kv}' has no '='")))?;
-        cs.set(&percent_decode(k)?, percent_decode(v)?)?;
+        p.set(&percent_decode(k)?, percent_decode(v)?)?;
     }
-    Ok(cs)
+    Ok(p)
 }
 
-fn split_host_port(hostport: &str, cs: &mut ConnString) -> Result<(), ConnStringError> {
+/// One `host[:port]` entry of a URL: the host (`None`: the default) and
+/// the port (`None`: the default).
+fn split_host_port(hostport: &str) -> Result<(Option<String>, Option<u16>), ConnStringError> {
     let (host, port) = if let Some(rest) = hostport.strip_prefix('[') {
         let (host, after) =
             rest.split_once(']').ok_or_else(|| bad("unterminated '[' in the host"))?;
@@ -233,13 +236,8 @@ fn split_host_port(hostport: &str, cs: &mut ConnString) -> Result<(), ConnString
         }
     };
     let host = percent_decode(host)?;
-    if !host.is_empty() {
-        cs.host = host;
-    }
-    if let Some(p) = port {
-        cs.port = parse_port(p)?;
-    }
-    Ok(())
+    let port = port.map(parse_port).transpose()?;
+    Ok((Some(host).filter(|h| !h.is_empty()), port))
 }
 
 fn percent_decode(s: &str) -> Result<String, ConnStringError> {
@@ -262,13 +260,13 @@ fn percent_decode(s: &str) -> Result<String, ConnStringError> {
     String::from_utf8(out).map_err(|_| bad(format!("'{s}' is not UTF-8 once decoded")))
 }
 
-fn parse_key_value(s: &str) -> Result<ConnString, ConnStringError> {
-    let mut cs = ConnString::default();
+fn parse_key_value(s: &str) -> Result<hosts::Parsed, ConnStringError> {
+    let mut p = hosts::Parsed::default();
     let mut chars = s.chars().peekable();
     loop {
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.peek().is_none() {
-            return Ok(cs);
+            return Ok(p);
         }
         let mut key = String::new();
         while let Some(c) = chars.next_if(|&c| c != '=' && !c.is_whitespace()) {
@@ -300,7 +298,7 @@ fn parse_key_value(s: &str) -> Result<ConnString, ConnStringError> {
                 }
             }
         }
-        cs.set(&key, value)?;
+        p.set(&key, value)?;
     }
 }
 

@@ -79,6 +79,9 @@ pub struct ConfigToml {
     /// Reconnect when the primary sent nothing for this long; 0: never.
     #[serde(with = "humantime_serde")]
     pub wal_receiver_timeout: Duration,
+    /// How often the slot keeper of a multi-host source visits its hosts.
+    #[serde(with = "humantime_serde")]
+    pub wal_receiver_slot_advance_interval: Duration,
     /// Check native redo against PostgreSQL's consistency images.
     pub wal_redo_check: bool,
     /// Backups (basebackup, fullbackup) generated at once, in all and per tenant.
@@ -180,6 +183,9 @@ impl Default for ConfigToml {
             wal_receiver_status_interval: duration(DEFAULT_WAL_RECEIVER_STATUS_INTERVAL),
             wal_receiver_idle_flush: duration(DEFAULT_WAL_RECEIVER_IDLE_FLUSH),
             wal_receiver_timeout: duration(DEFAULT_WAL_RECEIVER_TIMEOUT),
+            wal_receiver_slot_advance_interval: duration(
+                DEFAULT_WAL_RECEIVER_SLOT_ADVANCE_INTERVAL,
+            ),
             wal_redo_check: false,
             max_concurrent_backups: DEFAULT_MAX_CONCURRENT_BACKUPS,
             max_concurrent_backups_per_tenant: DEFAULT_MAX_CONCURRENT_BACKUPS_PER_TENANT,

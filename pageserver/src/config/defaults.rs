@@ -62,6 +62,10 @@ pub const DEFAULT_WAL_RECEIVER_IDLE_FLUSH: &str = "10 s";
 /// (PostgreSQL's `wal_receiver_timeout` default).
 pub const DEFAULT_WAL_RECEIVER_TIMEOUT: &str = "60 s";
 
+/// How often the slot keeper of a multi-host source creates missing slots
+/// on, and advances the slots of, the hosts it does not stream from.
+pub const DEFAULT_WAL_RECEIVER_SLOT_ADVANCE_INTERVAL: &str = "10 s";
+
 /// How long an LSN lease lasts from its latest renewal (Neon's default).
 pub const DEFAULT_LSN_LEASE_LENGTH: &str = "10 m";
 

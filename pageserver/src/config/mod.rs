@@ -173,6 +173,7 @@ impl PageServerConf {
             wal_receiver_status_interval,
             wal_receiver_idle_flush,
             wal_receiver_timeout,
+            wal_receiver_slot_advance_interval,
             wal_redo_check,
             max_concurrent_backups,
             max_concurrent_backups_per_tenant,
@@ -206,6 +207,10 @@ impl PageServerConf {
         nonzero("http_body_read_timeout", http_body_read_timeout.is_zero())?;
         nonzero("wal_receiver_status_interval", wal_receiver_status_interval.is_zero())?;
         nonzero("wal_receiver_idle_flush", wal_receiver_idle_flush.is_zero())?;
+        nonzero(
+            "wal_receiver_slot_advance_interval",
+            wal_receiver_slot_advance_interval.is_zero(),
+        )?;
         nonzero("lsn_lease_length", lsn_lease_length.is_zero())?;
         nonzero("max_concurrent_backups", max_concurrent_backups == 0)?;
         nonzero("max_concurrent_backups_per_tenant", max_concurrent_backups_per_tenant == 0)?;
@@ -232,6 +237,7 @@ impl PageServerConf {
             status_interval: wal_receiver_status_interval,
             idle_flush_after: wal_receiver_idle_flush,
             timeout: (!wal_receiver_timeout.is_zero()).then_some(wal_receiver_timeout),
+            slot_advance_interval: wal_receiver_slot_advance_interval,
             ..WalReceiverConf::default()
         };
         if !(1..=defaults::MAX_GET_VECTORED_KEYS_LIMIT).contains(&max_get_vectored_keys) {

@@ -39,6 +39,7 @@ fn default_constants_parse() {
         DEFAULT_WAL_RECEIVER_STATUS_INTERVAL,
         DEFAULT_WAL_RECEIVER_IDLE_FLUSH,
         DEFAULT_WAL_RECEIVER_TIMEOUT,
+        DEFAULT_WAL_RECEIVER_SLOT_ADVANCE_INTERVAL,
         DEFAULT_LSN_LEASE_LENGTH,
         DEFAULT_EVICTION_PERIOD,
     ] {
@@ -303,6 +304,7 @@ fn sample_config_file_is_exactly_the_defaults() {
             "shutdown_timeout",
             "wait_lsn_timeout",
             "wal_receiver_idle_flush",
+            "wal_receiver_slot_advance_interval",
             "wal_receiver_status_interval",
             "wal_receiver_timeout",
             "wal_redo_check",

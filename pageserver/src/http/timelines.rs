@@ -11,8 +11,8 @@ use axum::Json;
 use futures::StreamExt;
 use pageserver_api::models::{
     CheckpointResponse, KeySpace, LsnLeaseInfo, LsnLeaseRequest, LsnLeaseResponse,
-    TimelineCreateRequest, TimelineInfo, TimelineState, WalSourceInfo, WalSourceRequest,
-    DEFAULT_PG_VERSION,
+    TimelineCreateRequest, TimelineInfo, TimelineState, WalSourceHostInfo, WalSourceInfo,
+    WalSourceRequest, DEFAULT_PG_VERSION,
 };
 use serde::Deserialize;
 use utils::id::{TenantId, TimelineId};
@@ -22,7 +22,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
 use crate::import::ImportError;
-use crate::tenant::timeline::wal_source::WalSource;
+use crate::tenant::timeline::wal_source::{HostState, WalSource};
 use crate::tenant::timeline::{LeaseError, LsnNotReadable};
 use crate::tenant::{ReadKind, TenantError, Timeline};
 use crate::walreceiver::{bootstrap, slots};
@@ -85,7 +85,28 @@ fn wal_source_info(tl: &Timeline, s: &WalSource) -> WalSourceInfo {
         lag_ms,
         last_message_age_ms: status.last_message_age_ms(),
         last_error,
+        host: status.host.clone(),
+        hosts: hosts_info(s, &status.hosts),
     }
+}
+
+/// The hosts of `s`, with what the slot keeper knows of each.
+fn hosts_info(s: &WalSource, known: &[HostState]) -> Vec<WalSourceHostInfo> {
+    let Ok(list) = s.host_list() else { return Vec::new() };
+    let holding = s.slot_hosts();
+    let info = |cs: &pq_proto::ConnString| {
+        let host = cs.addr();
+        let state = known.iter().find(|h| h.host == host).cloned().unwrap_or_default();
+        WalSourceHostInfo {
+            slot_present: holding.contains(&host),
+            role: state.role.map(str::to_string),
+            advanced_lsn: state.advanced_lsn,
+            last_error: state.last_error,
+            errors: state.errors,
+            host,
+        }
+    };
+    list.hosts.iter().map(info).collect()
 }
 
 /// A timeline that could not be loaded: its ids and the reason.
@@ -238,17 +259,23 @@ pub async fn delete(
 /// `PUT .../source` `{"connstring", "slot", "on_divergence"}`: a timeline
 /// starts following a server of the cluster it holds (the primary it was
 /// backed up from, or after a failover the new primary), on an existing
-/// slot, from its `last_record_lsn`; a source it had is replaced.
+/// slot, from its `last_record_lsn`; a source it had is replaced. The
+/// answer is the timeline's detail plus `slots_left`: a message per slot
+/// of the replaced source that could not be dropped, naming its host and
+/// the SQL that drops it there.
 pub async fn set_source(
     State(state): State<HttpState>,
     TimelinePath(tenant_id, timeline_id): TimelinePath,
     JsonBody(req): JsonBody<WalSourceRequest>,
-) -> Result<Json<TimelineInfo>, ApiError> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let tenant = state.tenants.get_tenant(tenant_id)?;
     let tl = state.tenants.get_timeline(tenant_id, timeline_id)?;
-    let source = bootstrap::attach_source(&state.tenants, &tl, req, &state.walreceiver).await?;
+    let (source, left) =
+        bootstrap::attach_source(&state.tenants, &tl, req, &state.walreceiver).await?;
     crate::walreceiver::start(&tenant, &tl, source, state.walreceiver.clone());
-    Ok(Json(timeline_info(&tl)))
+    let mut answer = serde_json::to_value(timeline_info(&tl)).expect("a TimelineInfo serializes");
+    answer["slots_left"] = serde_json::json!(left);
+    Ok(Json(answer))
 }
 
 #[derive(Deserialize)]

@@ -18,6 +18,8 @@
 //! | `pageserver_wal_source_diverged` | gauge | `tenant_id`, `timeline_id` | 1 while ingest of a followed timeline is stopped because the server's timeline history forked below its `last_record_lsn` (the detail's `last_error` names both LSNs and TLIs) |
 //! | `pageserver_wal_receiver_positions` | gauge | `tenant_id`, `timeline_id`, `position` | the last reported `write`, `flush` and `apply` LSNs (as numbers) |
 //! | `pageserver_replication_slots_left_total` | counter | `cause` | replication slots left on a primary because they could not be dropped (or the deleted timeline's source could not be read), by `timeline_delete`, `tenant_delete`, `bootstrap_failure`, `source_replaced`; the WARN log line names each slot, its server and the SQL that drops it |
+//! | `pageserver_wal_source_host_errors_total` | counter | `op` | failed attempts of the slot keeper of a multi-host source on a host it does not stream from: `connect` (reach it, check its cluster), `create` (its slot), `advance` (its slot); the timeline detail names the latest per host |
+//! | `pageserver_wal_source_slot_advances_total` | counter | | slots advanced by the slot keeper on hosts a multi-host source does not stream from |
 
 use std::sync::LazyLock;
 
@@ -42,6 +44,8 @@ pub struct WalReceiverMetrics {
     pub refusals: IntCounterVec,
     pub full_page_writes_off: IntCounter,
     pub slots_left: IntCounterVec,
+    pub host_errors: IntCounterVec,
+    pub slot_advances: IntCounter,
     stopped: IntGaugeVec,
     diverged: IntGaugeVec,
     pg_tli: IntGaugeVec,
@@ -128,8 +132,24 @@ pub static METRICS: LazyLock<WalReceiverMetrics> = LazyLock::new(|| {
     for cause in SLOT_LEFT_CAUSES {
         slots_left.with_label_values(&[cause]).reset();
     }
+    let host_errors = register_int_counter_vec!(
+        "pageserver_wal_source_host_errors_total",
+        "Failed attempts of the slot keeper of a multi-host source on a host it does not stream \
+         from, by operation",
+        &["op"]
+    )
+    .expect("register metric");
+    for op in ["connect", "create", "advance"] {
+        host_errors.with_label_values(&[op]).reset();
+    }
     WalReceiverMetrics {
         slots_left,
+        host_errors,
+        slot_advances: register_int_counter!(
+            "pageserver_wal_source_slot_advances_total",
+            "Slots advanced by the slot keeper on hosts a multi-host source does not stream from"
+        )
+        .expect("register metric"),
         wal_bytes: register_int_counter!(
             "pageserver_wal_ingest_bytes_total",
             "WAL bytes received from primaries"

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use pq_proto::connstring::ConnString;
+use pq_proto::connstring::{ConnString, HostList, Step};
 use pq_proto::replication::{validate_slot_name, BaseBackupOptions, ReplicationClient};
 use tracing::info;
 use utils::id::TimelineId;
@@ -81,14 +81,105 @@ fn refused(msg: impl Into<String>) -> BootstrapError {
     BootstrapError::Refused(msg.into())
 }
 
+/// Parse `source.connstring` (one host or several).
+fn host_list(connstring: &str) -> Result<HostList, BootstrapError> {
+    HostList::parse(connstring).map_err(|e| refused(format!("source.connstring: {e}")))
+}
+
+/// The host of `list` to take the base backup from or check a slot on:
+/// the first that `target_session_attrs` accepts (`hosts.rs`), connected
+/// and checked ([`connect_and_check`]). Returns the client, the server's
+/// major version and the host (`host:port`). With several hosts, the
+/// error names each host's reason.
+pub async fn connect_chosen(
+    list: &HostList,
+) -> Result<(ReplicationClient, u32, String), BootstrapError> {
+    if list.hosts.len() == 1 {
+        let (client, major) = connect_and_check(&list.hosts[0]).await?;
+        return Ok((client, major, list.hosts[0].addr()));
+    }
+    let order: Vec<usize> = (0..list.hosts.len()).collect();
+    let mut probed = vec![None; list.hosts.len()];
+    let mut clients: Vec<Option<(ReplicationClient, u32)>> = order.iter().map(|_| None).collect();
+    let mut skipped = Vec::new();
+    loop {
+        match list.attrs().next_step(&order, &probed) {
+            Step::Probe(i) => {
+                let checked = match connect_and_check(&list.hosts[i]).await {
+                    Ok((mut client, major)) => match super::hosts::role(&mut client).await {
+                        Ok(role) => Ok((client, major, role)),
+                        Err(e) => Err(format!("{e:#}")),
+                    },
+                    Err(e) => Err(e.to_string()),
+                };
+                match checked {
+                    Ok((client, major, role)) => {
+                        probed[i] = Some(Some(role));
+                        clients[i] = Some((client, major));
+                    }
+                    Err(e) => {
+                        probed[i] = Some(None);
+                        skipped.push(format!("{}: {e}", list.hosts[i].addr()));
+                    }
+                }
+            }
+            Step::Take(i) => {
+                let (client, major) = clients[i].take().expect("a probed host has its client");
+                return Ok((client, major, list.hosts[i].addr()));
+            }
+            Step::Exhausted => {
+                return Err(refused(format!(
+                    "no listed host fits (target_session_attrs {}): {}",
+                    list.attrs().as_str(),
+                    skipped.join("; ")
+                )))
+            }
+        }
+    }
+}
+
+/// Create `source.slot` on each host of `list` but `except` (before the
+/// base backup, so each holds the WAL from at or below its start);
+/// returns the hosts that hold it now. A host that cannot be reached or
+/// refuses is logged and left to the slot keeper (`keeper.rs`).
+async fn slots_on_other_hosts(
+    list: &HostList,
+    except: &str,
+    source: &WalSource,
+    conf: &WalReceiverConf,
+) -> Vec<String> {
+    let mut holding = Vec::new();
+    for cs in list.hosts.iter().filter(|cs| cs.addr() != except) {
+        let addr = cs.addr();
+        let work = async {
+            let mut client = super::keeper::connect(cs, source).await?;
+            super::keeper::create(&mut client, &source.slot).await
+        };
+        match super::session::bounded(conf.timeout, work).await {
+            Some(Ok(())) => {
+                info!("created replication slot {} on {addr}", source.slot);
+                holding.push(addr);
+            }
+            Some(Err(e)) => info!(
+                "replication slot {} not created on {addr} now ({e:#}); the slot keeper retries",
+                source.slot
+            ),
+            None => info!(
+                "replication slot {} not created on {addr} now (no answer); the slot keeper \
+                 retries",
+                source.slot
+            ),
+        }
+    }
+    holding
+}
+
 /// Connect with `replication=true` and check the primary's settings.
 /// Returns the client and the server's major version.
 pub async fn connect_and_check(
-    connstring: &str,
+    cs: &ConnString,
 ) -> Result<(ReplicationClient, u32), BootstrapError> {
-    let cs =
-        ConnString::parse(connstring).map_err(|e| refused(format!("source.connstring: {e}")))?;
-    let mut client = ReplicationClient::connect_with(&cs)
+    let mut client = ReplicationClient::connect_with(cs)
         .await
         .map_err(|e| refused(format!("cannot connect to the primary {}: {e}", cs.redacted())))?;
     let show = |v: Result<String, pq_proto::client::ClientError>, name: &str| {
@@ -157,7 +248,8 @@ pub async fn create_following_timeline(
     conf: Arc<WalReceiverConf>,
 ) -> Result<Arc<Timeline>, BootstrapError> {
     let slot = slot_name(slot.as_deref(), timeline_id)?;
-    let (mut client, major) = connect_and_check(&connstring).await?;
+    let list = host_list(&connstring)?;
+    let (mut client, major, backup_host) = connect_chosen(&list).await?;
     let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
     client.create_physical_slot(&slot, true).await.map_err(|e| {
         let e = e.to_string();
@@ -174,10 +266,19 @@ pub async fn create_following_timeline(
             "cannot create replication slot {slot} on the primary: {e}{hint}"
         ))
     })?;
-    info!("created slot {slot} (PostgreSQL {major}); taking a base backup");
     // `consistent_lsn` and the PostgreSQL timeline: set from the backup's end.
     let mut source = WalSource::new(connstring, slot, id.systemid, SlotOrigin::Created);
     source.on_divergence = on_divergence;
+    source.slot_hosts = vec![backup_host.clone()];
+    if list.hosts.len() > 1 {
+        let others = slots_on_other_hosts(&list, &backup_host, &source, &conf).await;
+        source.slot_hosts.extend(others);
+    }
+    info!(
+        "created slot {} (PostgreSQL {major}) on {}; taking a base backup from {backup_host}",
+        source.slot,
+        source.slot_hosts.join(", ")
+    );
     let result = backup_and_import(&mut client, &tenant, timeline_id, source.clone()).await;
     match result {
         Ok((tl, source)) => {
@@ -195,18 +296,13 @@ pub async fn create_following_timeline(
 
 /// Drop the slot a failed bootstrap created; `error` is why it failed.
 async fn drop_after_failure(source: &WalSource, error: BootstrapError) -> BootstrapError {
-    match slots::drop_slot(&source.connstring, &source.slot).await {
-        Ok(()) => {
-            info!("dropped replication slot {} after the failed bootstrap", source.slot);
-            let note = format!("replication slot {} on the primary was dropped again", source.slot);
-            BootstrapError::AfterSlot { error: Box::new(error), note, left: false }
-        }
-        Err(e) => BootstrapError::AfterSlot {
-            error: Box::new(error),
-            note: slots::left(source, &e, Cause::BootstrapFailure),
-            left: true,
-        },
+    let left = slots::drop_everywhere(source, Cause::BootstrapFailure).await;
+    if left.is_empty() {
+        info!("dropped replication slot {} after the failed bootstrap", source.slot);
+        let note = format!("replication slot {} on the primary was dropped again", source.slot);
+        return BootstrapError::AfterSlot { error: Box::new(error), note, left: false };
     }
+    BootstrapError::AfterSlot { error: Box::new(error), note: left.join("; "), left: true }
 }
 
 /// The bootstrap after the slot: base backup, import, verification,
@@ -269,17 +365,25 @@ async fn backup_and_import(
 /// stops there anyway), then stop the running receiver, if any, and
 /// persist the source as adopted. A replaced source's slot, on another
 /// server or with another name, is dropped ([`release_replaced`]).
+///
+/// Several hosts: the checks run on the host `target_session_attrs`
+/// chooses ([`connect_chosen`]); every other listed host that does not
+/// hold the slot yet (it joins, or the slot is another) gets it now, or
+/// from the slot keeper when it cannot be reached; hosts that leave the
+/// list have the old slot dropped. Returns the source and a message per
+/// slot that could not be dropped (with the SQL that drops it).
 pub async fn attach_source(
     tenants: &TenantManager,
     tl: &Arc<Timeline>,
     req: WalSourceRequest,
     conf: &WalReceiverConf,
-) -> Result<WalSource, BootstrapError> {
+) -> Result<(WalSource, Vec<String>), BootstrapError> {
     let existing = tl.wal_source();
     let slot =
         req.slot.ok_or_else(|| refused("source.slot: required (an existing physical slot)"))?;
     validate_slot_name(&slot).map_err(|e| refused(format!("source.slot: {e}")))?;
-    let (mut client, major) = connect_and_check(&req.connstring).await?;
+    let list = host_list(&req.connstring)?;
+    let (mut client, major, checked_host) = connect_chosen(&list).await?;
     if major != tl.pg_version {
         return Err(refused(format!(
             "the primary runs PostgreSQL {major}, the timeline holds PostgreSQL {}",
@@ -304,8 +408,24 @@ pub async fn attach_source(
         .await
         .map_err(BootstrapError::Slot)?;
     check_slot(&mut client, &slot, lsn, diverged).await?;
+    drop(client);
     let mut source = WalSource::new(req.connstring, slot, id.systemid, SlotOrigin::Adopted);
     source.consistent_lsn = tl.min_readable_lsn();
+    source.slot_hosts = vec![checked_host.clone()];
+    if list.hosts.len() > 1 {
+        let kept = existing.as_ref().filter(|old| old.slot == source.slot);
+        let kept = kept.map(|old| old.slot_hosts()).unwrap_or_default();
+        let joined: Vec<&ConnString> = list
+            .hosts
+            .iter()
+            .filter(|cs| cs.addr() != checked_host && !kept.contains(&cs.addr()))
+            .collect();
+        let joining = HostList { hosts: joined.into_iter().cloned().collect(), ..list.clone() };
+        source.slot_hosts.extend(slots_on_other_hosts(&joining, "", &source, conf).await);
+        let listed: Vec<String> = list.hosts.iter().map(ConnString::addr).collect();
+        let still = kept.into_iter().filter(|h| listed.contains(h) && *h != checked_host);
+        source.slot_hosts.extend(still);
+    }
     if let Some(old) = &existing {
         source.pg_tli = old.pg_tli;
         source.pg_tli_history = old.pg_tli_history.clone();
@@ -316,12 +436,11 @@ pub async fn attach_source(
         source.on_divergence = on_divergence;
     }
     tl.set_wal_source(Some(source.clone())).await?;
-    if let Some(old) = existing {
-        if (&old.connstring, &old.slot) != (&source.connstring, &source.slot) {
-            release_replaced(&old, conf).await;
-        }
-    }
-    Ok(source)
+    let left = match existing {
+        Some(old) => release_replaced(&old, &source, conf).await,
+        None => Vec::new(),
+    };
+    Ok((source, left))
 }
 
 /// The slot exists, and (unless `diverged`) still holds WAL from `lsn`.
@@ -346,28 +465,36 @@ async fn check_slot(
     }
 }
 
-/// Drop the slot of a source that `PUT .../source` replaced (bounded by
-/// `wal_receiver_timeout`: after a failover its server may be gone); one
-/// that cannot be dropped is named with the SQL that drops it (WARN) and
-/// counted.
-async fn release_replaced(old: &WalSource, conf: &WalReceiverConf) {
-    let dropped = slots::drop_slot(&old.connstring, &old.slot);
-    let result = match conf.timeout {
-        Some(t) => tokio::time::timeout(t, dropped)
-            .await
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {} ms", t.as_millis()))),
-        None => dropped.await,
+/// Drop the old slot on each host of a source that `PUT .../source`
+/// replaced where the new source does not use it (the host left the list,
+/// or the slot is another); bounded by `wal_receiver_timeout` (after a
+/// failover a host may be gone). One that cannot be dropped is named with
+/// the SQL that drops it (WARN), counted, and returned.
+async fn release_replaced(old: &WalSource, new: &WalSource, conf: &WalReceiverConf) -> Vec<String> {
+    let listed: Vec<String> = match new.host_list() {
+        Ok(l) => l.hosts.iter().map(ConnString::addr).collect(),
+        Err(_) => Vec::new(),
     };
-    match result {
-        Ok(()) => info!(
-            "dropped replication slot {} on {}, which the new source replaces",
-            old.slot,
-            old.redacted_connstring()
-        ),
-        Err(e) => {
-            slots::left(old, &e, Cause::SourceReplaced);
+    let mut left = Vec::new();
+    for addr in old.slot_hosts() {
+        if old.slot == new.slot && listed.contains(&addr) {
+            continue;
+        }
+        // The stopped receiver's walsender may hold the slot a moment longer.
+        let dropped = slots::drop_at(old, &addr, true);
+        let result = match super::session::bounded(conf.timeout, dropped).await {
+            Some(r) => r,
+            None => Err(anyhow::anyhow!("no answer within {:?}", conf.timeout)),
+        };
+        match result {
+            Ok(()) => info!(
+                "dropped replication slot {} on {addr}, which the new source does not use",
+                old.slot
+            ),
+            Err(e) => left.push(slots::left_at(old, &addr, &e, Cause::SourceReplaced)),
         }
     }
+    left
 }
 
 #[cfg(test)]

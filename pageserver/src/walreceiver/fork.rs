@@ -54,6 +54,7 @@ use super::history::Divergence;
 use super::{bootstrap, WalReceiverConf};
 use crate::tenant::timeline::wal_source::{SlotOrigin, WalSource};
 use crate::tenant::{Tenant, TenantError, Timeline};
+use pq_proto::connstring::ConnString;
 use pq_proto::replication::ReplicationClient;
 
 /// The id of the branch that follows the server's history after `old`
@@ -88,10 +89,11 @@ pub async fn branch_at_divergence(
         return Ok(id); // recorded before a restart: start-up started its receiver
     }
     let slot = bootstrap::slot_name(None, id)?;
-    ensure_slot(&source.connstring, &slot, conf).await?;
+    let holding = ensure_slots(source, &slot, conf).await?;
     utils::failpoint::failpoint("divergence-branch::after-slot")?;
     let mut new =
         WalSource::new(source.connstring.clone(), slot, source.system_id, SlotOrigin::Created);
+    new.slot_hosts = holding;
     new.on_divergence = source.on_divergence;
     new.consistent_lsn = branch.min_readable_lsn();
     branch.set_wal_source(Some(new.clone())).await.context("record the branch's source")?;
@@ -130,11 +132,33 @@ async fn existing_or_new(
     }
 }
 
+/// [`ensure_slot`] on each host of `source`; the hosts that hold it (one
+/// at least: the error of each otherwise). The slot keeper creates it on
+/// the others later.
+async fn ensure_slots(
+    source: &WalSource,
+    slot: &str,
+    conf: &WalReceiverConf,
+) -> anyhow::Result<Vec<String>> {
+    let mut holding = Vec::new();
+    let mut errors = Vec::new();
+    for cs in source.host_list()?.hosts {
+        match ensure_slot(&cs, slot, conf).await {
+            Ok(()) => holding.push(cs.addr()),
+            Err(e) => errors.push(format!("{}: {e:#}", cs.addr())),
+        }
+    }
+    if holding.is_empty() {
+        bail!("{}", errors.join("; "));
+    }
+    Ok(holding)
+}
+
 /// Create the physical slot `slot` with `RESERVE_WAL`, or find it there
 /// already; bounded by `wal_receiver_timeout`.
-async fn ensure_slot(connstring: &str, slot: &str, conf: &WalReceiverConf) -> anyhow::Result<()> {
+async fn ensure_slot(cs: &ConnString, slot: &str, conf: &WalReceiverConf) -> anyhow::Result<()> {
     let work = async {
-        let mut client = ReplicationClient::connect(connstring).await.context("connect")?;
+        let mut client = ReplicationClient::connect_with(cs).await.context("connect")?;
         match client.create_physical_slot(slot, true).await {
             Ok(_) => {
                 info!("created replication slot {slot} for the branch");

@@ -59,6 +59,8 @@
 pub mod bootstrap;
 pub mod fork;
 pub mod history;
+pub mod hosts;
+pub mod keeper;
 mod session;
 pub mod slots;
 mod status;
@@ -95,6 +97,10 @@ pub struct WalReceiverConf {
     /// `wal_receiver_timeout`: with no message from the primary for this
     /// long, reconnect; `None`: never.
     pub timeout: Option<Duration>,
+    /// `wal_receiver_slot_advance_interval`: how often the slot keeper of a
+    /// multi-host source visits the hosts it does not stream from
+    /// (`keeper.rs`).
+    pub slot_advance_interval: Duration,
 }
 
 impl Default for WalReceiverConf {
@@ -107,13 +113,15 @@ impl Default for WalReceiverConf {
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(10),
             timeout: Some(Duration::from_secs(60)),
+            slot_advance_interval: Duration::from_secs(10),
         }
     }
 }
 
-/// Start the receiver of `tl` for `source`. It runs until the timeline's
-/// `cancel` fires or [`stop`] stops it; one that runs already is stopped
-/// first (without waiting: use [`stop`] to wait).
+/// Start the receiver of `tl` for `source`, with its slot keeper
+/// (`keeper.rs`). Both run until the timeline's `cancel` fires or [`stop`]
+/// stops them; one that runs already is stopped first (without waiting:
+/// use [`stop`] to wait).
 /// `tenant` is the timeline's (for `on_divergence = branch`).
 pub fn start(
     tenant: &Arc<Tenant>,
@@ -136,7 +144,8 @@ pub fn start(
     tl.spawn_background(
         async move {
             let _done = task.done.drop_guard();
-            run(tenant, tl2, source, conf, task.cancel).await
+            let keeper = keeper::run(Arc::clone(&tl2), Arc::clone(&conf), task.cancel.clone());
+            tokio::join!(run(tenant, tl2, source, conf, task.cancel), keeper);
         }
         .instrument(span),
     );
@@ -203,11 +212,14 @@ async fn run(
         tl.get_last_record_lsn()
     );
     let mut backoff = conf.min_backoff;
+    // The host of the previous session: tried last by the next one.
+    let mut avoid: Option<String> = None;
     loop {
-        let ended = session::run(&tl, &source, &conf, &cancel).await;
+        let ended = session::run(&tl, &source, &conf, &cancel, avoid.as_deref()).await;
         if cancel.is_cancelled() {
             break;
         }
+        avoid = tl.receiver_status.lock().unwrap().host.clone();
         match ended {
             Ok(SessionEnd::Cancelled) => break,
             Ok(SessionEnd::Refused(refused)) => {

@@ -38,14 +38,13 @@ use postgres_ffi::wal::rmgr::xlog::{standby_check, Refusal, StandbyCheck};
 use postgres_ffi::wal::TimelineHistory;
 use postgres_ffi::wal::{DecodedWalRecord, WalStreamDecoder};
 use postgres_ffi::PgMajorVersion;
-use pq_proto::replication::{
-    ReplicationClient, ReplicationMessage, ReplicationStream, StreamEnd, XLogData,
-};
+use pq_proto::replication::{ReplicationMessage, ReplicationStream, StreamEnd, XLogData};
 use tokio::time::{sleep_until, Instant as TokioInstant};
 use tokio_util::sync::CancellationToken;
 use utils::lsn::Lsn;
 
 use super::history::{self, Divergence, HistoryCheck};
+use super::hosts::{self, Chosen};
 use super::status::StatusReporter;
 use super::switch;
 use super::WalReceiverConf;
@@ -104,42 +103,29 @@ impl fmt::Display for SessionEnd {
     }
 }
 
+/// One session; `avoid`: the host of the previous one, tried last
+/// (`hosts.rs`).
 pub async fn run(
     tl: &Timeline,
     source: &WalSource,
     conf: &WalReceiverConf,
     cancel: &CancellationToken,
+    avoid: Option<&str>,
 ) -> anyhow::Result<SessionEnd> {
     set_state_unless_stalled(tl, "connecting");
-    let connect = ReplicationClient::connect(&source.connstring);
-    let mut client = tokio::select! {
+    let chosen = tokio::select! {
         _ = cancel.cancelled() => return Ok(SessionEnd::Cancelled),
-        c = bounded(conf.timeout, connect) => match c {
-            None => return Ok(stalled("connecting", conf)),
-            Some(c) => c.with_context(|| format!("connect to {}", source.redacted_connstring()))?,
-        },
+        c = hosts::choose(tl, source, conf, avoid) => c?,
     };
-    let Some(id) = bounded(conf.timeout, client.identify_system()).await else {
-        return Ok(stalled("IDENTIFY_SYSTEM", conf));
-    };
-    let id = id.context("IDENTIFY_SYSTEM")?;
-    if id.systemid != source.system_id {
-        bail!(
-            "the primary at {} is another cluster: system id {}, this timeline follows {}",
-            source.redacted_connstring(),
-            id.systemid,
-            source.system_id
-        );
-    }
-    let Some(server) = bounded(conf.timeout, history::fetch(&mut client, id.timeline)).await else {
-        return Ok(stalled("TIMELINE_HISTORY", conf));
-    };
-    let server = server?;
-    let start = tl.get_last_record_lsn();
-    let mut tli = match check_against(tl, &server, start).await? {
-        Ok(tli) => tli,
+    let Chosen { mut client, addr, id, server, mut tli } = match chosen {
+        Ok(chosen) => {
+            hosts::log_chosen(&chosen, n_hosts(source));
+            chosen
+        }
         Err(end) => return Ok(end),
     };
+    tl.receiver_status.lock().unwrap().host = Some(addr.clone());
+    let start = tl.get_last_record_lsn();
     let version = PgMajorVersion::new(tl.pg_version)?;
     let mut decoder = WalStreamDecoder::new(start, version);
     decoder.set_system_id(source.system_id);
@@ -153,7 +139,7 @@ pub async fn run(
             return Ok(stalled("START_REPLICATION", conf));
         };
         let mut stream = stream.with_context(|| {
-            format!("START_REPLICATION SLOT {} at {from} TIMELINE {tli}", source.slot)
+            format!("START_REPLICATION SLOT {} at {from} TIMELINE {tli} on {addr}", source.slot)
         })?;
         tracing::info!(
             "streaming PostgreSQL timeline {tli} from {from} (server on timeline {} at {})",
@@ -204,15 +190,14 @@ pub(super) async fn check_against(
 /// Persist `history` as the timeline's (durably, and in the remote index),
 /// unless it is recorded already.
 async fn record_history(tl: &Timeline, history: &TimelineHistory) -> anyhow::Result<()> {
-    let Some(mut source) = tl.wal_source() else {
-        bail!("the timeline no longer follows a source");
+    let edit = |source: &mut WalSource| {
+        if source.history()?.as_ref() == Some(history) {
+            return Ok(false);
+        }
+        source.set_history(history);
+        Ok(true)
     };
-    if source.history()?.as_ref() == Some(history) {
-        return Ok(());
-    }
-    source.set_history(history);
-    tl.set_wal_source(Some(source)).await.context("record the PostgreSQL timeline history")?;
-    Ok(())
+    hosts::edit_source(tl, edit).await.context("record the PostgreSQL timeline history")
 }
 
 /// The stream decoder, ingest and checks: one per session, kept across
@@ -311,8 +296,16 @@ async fn stream_wal(
     }
 }
 
+/// The number of hosts of `source` (1 when it cannot be parsed).
+fn n_hosts(source: &WalSource) -> usize {
+    source.host_list().map(|l| l.hosts.len()).unwrap_or(1)
+}
+
 /// `fut`, or `None` if it takes longer than `timeout` (never, without one).
-async fn bounded<T>(timeout: Option<Duration>, fut: impl Future<Output = T>) -> Option<T> {
+pub(super) async fn bounded<T>(
+    timeout: Option<Duration>,
+    fut: impl Future<Output = T>,
+) -> Option<T> {
     match timeout {
         Some(t) => tokio::time::timeout(t, fut).await.ok(),
         None => Some(fut.await),
@@ -320,7 +313,7 @@ async fn bounded<T>(timeout: Option<Duration>, fut: impl Future<Output = T>) -> 
 }
 
 /// A step before streaming took longer than `wal_receiver_timeout`.
-fn stalled(step: &str, conf: &WalReceiverConf) -> SessionEnd {
+pub(super) fn stalled(step: &str, conf: &WalReceiverConf) -> SessionEnd {
     let ms = conf.timeout.map_or(0, |t| t.as_millis());
     SessionEnd::Stalled(format!("no answer from the primary to {step} within {ms} ms"))
 }

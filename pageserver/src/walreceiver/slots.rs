@@ -18,6 +18,9 @@
 //! - The drop runs over a fresh replication connection, never over the
 //!   session that failed: after an interrupted `BASE_BACKUP` that one is
 //!   out of step with the server.
+//! - A source with several hosts has the slot on each host recorded as
+//!   holding it (`WalSource::slot_hosts`): each is dropped, and each that
+//!   cannot be is named on its own.
 //! - A slot that cannot be dropped is named with its server and the SQL
 //!   that drops it in the HTTP answer and a WARN log line, and counted in
 //!   `pageserver_replication_slots_left_total{cause}`.
@@ -105,21 +108,40 @@ pub fn drop_sql(slot: &str) -> String {
     format!("SELECT pg_drop_replication_slot('{slot}')")
 }
 
-/// Drop `slot` over a new replication connection to `connstring`.
-pub async fn drop_slot(connstring: &str, slot: &str) -> anyhow::Result<()> {
-    let mut client = ReplicationClient::connect(connstring).await.context("connect")?;
-    client.drop_slot(slot, false).await.context("DROP_REPLICATION_SLOT")?;
+/// Drop `source.slot` on its host `addr` (`host:port`, one of its
+/// connection string's) over a new replication connection; with `wait`,
+/// wait until the walsender of a session that just ended releases it
+/// (bound the call).
+pub async fn drop_at(source: &WalSource, addr: &str, wait: bool) -> anyhow::Result<()> {
+    let list = source.host_list()?;
+    let Some(cs) = list.hosts.iter().find(|cs| cs.addr() == addr) else {
+        anyhow::bail!("host {addr} is not in the connection string");
+    };
+    let mut client = ReplicationClient::connect_with(cs).await.context("connect")?;
+    client.drop_slot(&source.slot, wait).await.context("DROP_REPLICATION_SLOT")?;
     Ok(())
 }
 
-/// `slot` on `source`'s primary could not be dropped (`why`): the message,
-/// logged at WARN and counted.
-pub fn left(source: &WalSource, why: &anyhow::Error, cause: Cause) -> String {
+/// Drop `source.slot` on every host that holds it; a message per host
+/// where it is left ([`left_at`]).
+pub async fn drop_everywhere(source: &WalSource, cause: Cause) -> Vec<String> {
+    let mut left = Vec::new();
+    for addr in source.slot_hosts() {
+        match drop_at(source, &addr, false).await {
+            Ok(()) => info!("dropped replication slot {} on {addr}", source.slot),
+            Err(e) => left.push(left_at(source, &addr, &e, cause)),
+        }
+    }
+    left
+}
+
+/// `slot` on `addr` (`host:port`) could not be dropped (`why`): the
+/// message, logged at WARN and counted.
+pub fn left_at(source: &WalSource, addr: &str, why: &anyhow::Error, cause: Cause) -> String {
     let message = format!(
-        "replication slot {} on {} is left: it could not be dropped: {why:#}; it retains WAL on \
-         the primary until dropped there: {}",
+        "replication slot {} on {addr} is left: it could not be dropped: {why:#}; it retains \
+         WAL on that server until dropped there: {}",
         source.slot,
-        source.redacted_connstring(),
         drop_sql(&source.slot)
     );
     warn!("{message}");
@@ -183,18 +205,17 @@ pub async fn release(
         info!("{message}");
         return Release::Kept { slot, message };
     }
-    match drop_slot(&source.connstring, &slot).await {
-        Ok(()) => {
-            info!(
-                "dropped replication slot {slot} on {} of timeline {}/{}",
-                source.redacted_connstring(),
-                ids.0,
-                ids.1
-            );
-            Release::Dropped { slot }
-        }
-        Err(e) => Release::Left { message: left(source, &e, cause), slot: Some(slot) },
+    let left = drop_everywhere(source, cause).await;
+    if left.is_empty() {
+        info!(
+            "dropped replication slot {slot} on {} of timeline {}/{}",
+            source.redacted_connstring(),
+            ids.0,
+            ids.1
+        );
+        return Release::Dropped { slot };
     }
+    Release::Left { message: left.join("; "), slot: Some(slot) }
 }
 
 /// The source of deleted timeline `(tenant, timeline)` could not be read

@@ -3,15 +3,24 @@
 //! the metadata so that ingest resumes after a restart.
 //!
 //! ```json
-//! {"version": 2, "connstring": "postgres://...", "slot": "pageserver_<id>",
+//! {"version": 3, "connstring": "postgres://u@h1:5432,h2:5432/postgres",
+//!  "slot": "pageserver_<id>",
 //!  "system_id": 7301234567890123456, "consistent_lsn": "0/3000100",
 //!  "slot_origin": "created", "pg_tli": 2,
 //!  "pg_tli_history": [{"tli": 1, "switch_lsn": "0/5000108"}],
-//!  "on_divergence": "stop"}
+//!  "on_divergence": "stop", "slot_hosts": ["h1:5432", "h2:5432"]}
 //! ```
 //!
-//! - `version`: 2; a file without it is version 1 (no `pg_tli`, no
-//!   `on_divergence`) and loads as such; a newer version is refused.
+//! - `version`: 3; a file without it is version 1 (no `pg_tli`, no
+//!   `on_divergence`), version 2 has no `slot_hosts`; both load as such; a
+//!   newer version is refused.
+//! - `connstring`: one host, or several (libpq's multi-host forms,
+//!   `pq_proto::connstring::HostList`; `walreceiver::hosts`).
+//! - `slot_hosts` (version 3): the hosts (`host:port`, as listed) that hold
+//!   the slot, in no particular order; a listed host missing here gets
+//!   its slot from the slot keeper (`walreceiver::keeper`). A version 1 or
+//!   2 source (one host) reads as its host holding the slot
+//!   ([`WalSource::slot_hosts`]). The remote index carries the same.
 //! - `pg_tli`, `pg_tli_history`: the PostgreSQL timeline of the WAL
 //!   ingested and being streamed, and its ancestors (`(tli, switch_lsn)`,
 //!   from `TIMELINE_HISTORY`): the history the ingested WAL belongs to, so
@@ -37,15 +46,17 @@
 
 use std::path::Path;
 
+use anyhow::Context;
 use io_engine::IoEngine;
 use pageserver_api::models::{OnDivergence, PgTliSwitch};
 use postgres_ffi::wal::{TimelineHistory, TliSwitch};
+use pq_proto::connstring::HostList;
 use serde::{Deserialize, Serialize};
 use utils::lsn::Lsn;
 
 pub const WAL_SOURCE_FILE: &str = "wal_source.json";
 /// The version written; 1 (no `version` field) still loads.
-pub const WAL_SOURCE_VERSION: u32 = 2;
+pub const WAL_SOURCE_VERSION: u32 = 3;
 /// A source file is a few hundred bytes; anything larger is damage.
 const MAX_WAL_SOURCE_BYTES: usize = 64 * 1024;
 
@@ -67,6 +78,9 @@ pub struct WalSource {
     pub pg_tli_history: Vec<PgTliSwitch>,
     #[serde(default)]
     pub on_divergence: OnDivergence,
+    /// Version 3: the hosts that hold the slot (module comment).
+    #[serde(default)]
+    pub slot_hosts: Vec<String>,
 }
 
 fn version_1() -> u32 {
@@ -87,8 +101,14 @@ pub enum SlotOrigin {
 }
 
 impl WalSource {
-    /// A source with no PostgreSQL timeline recorded yet.
+    /// A source with no PostgreSQL timeline recorded yet, its slot taken
+    /// to be on every listed host (the bootstrap and `PUT .../source`
+    /// set `slot_hosts` to what they did).
     pub fn new(connstring: String, slot: String, system_id: u64, origin: SlotOrigin) -> WalSource {
+        let slot_hosts = match HostList::parse(&connstring) {
+            Ok(list) => list.hosts.iter().map(|h| h.addr()).collect(),
+            Err(_) => Vec::new(),
+        };
         WalSource {
             version: WAL_SOURCE_VERSION,
             connstring,
@@ -99,7 +119,39 @@ impl WalSource {
             pg_tli: None,
             pg_tli_history: Vec::new(),
             on_divergence: OnDivergence::default(),
+            slot_hosts,
         }
+    }
+
+    /// The hosts of the connection string.
+    pub fn host_list(&self) -> anyhow::Result<HostList> {
+        HostList::parse(&self.connstring).context("source.connstring")
+    }
+
+    /// The hosts (`host:port`) that hold the slot; for a source written
+    /// before version 3, every host of its connection string.
+    pub fn slot_hosts(&self) -> Vec<String> {
+        if self.version >= 3 {
+            return self.slot_hosts.clone();
+        }
+        match self.host_list() {
+            Ok(list) => list.hosts.iter().map(|h| h.addr()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Record whether `host` holds the slot; whether that changed.
+    pub fn set_slot_host(&mut self, host: &str, holds: bool) -> bool {
+        let mut hosts = self.slot_hosts();
+        let had = hosts.iter().any(|h| h == host);
+        match (had, holds) {
+            (false, true) => hosts.push(host.to_string()),
+            (true, false) => hosts.retain(|h| h != host),
+            _ => return false,
+        }
+        self.slot_hosts = hosts;
+        self.version = WAL_SOURCE_VERSION;
+        true
     }
 
     /// The recorded PostgreSQL timeline history; `None` before the first
@@ -147,7 +199,11 @@ impl WalSource {
 
     /// Write (or replace) the source of the timeline in `dir`, durably.
     pub async fn persist(&self, engine: &IoEngine, dir: &Path) -> anyhow::Result<()> {
-        let current = WalSource { version: WAL_SOURCE_VERSION, ..self.clone() };
+        let current = WalSource {
+            version: WAL_SOURCE_VERSION,
+            slot_hosts: self.slot_hosts(),
+            ..self.clone()
+        };
         let json = serde_json::to_vec_pretty(&current).expect("a WalSource serializes");
         engine.write_file_durably(&dir.join(WAL_SOURCE_FILE), &json).await?;
         Ok(())
@@ -165,8 +221,8 @@ impl WalSource {
 
     /// The connection string with its password replaced, for the API and logs.
     pub fn redacted_connstring(&self) -> String {
-        match pq_proto::connstring::ConnString::parse(&self.connstring) {
-            Ok(cs) => cs.redacted(),
+        match HostList::parse(&self.connstring) {
+            Ok(list) => list.redacted(),
             Err(_) => "<unparsable connection string>".to_string(),
         }
     }
@@ -201,6 +257,27 @@ pub struct ReceiverStatus {
     pub last_error: Option<String>,
     /// The latest standby status sent: `write`, `flush`, `apply`.
     pub reported: [Lsn; 3],
+    /// The host (`host:port`) of the latest session that streamed.
+    pub host: Option<String>,
+    /// What the slot keeper (`walreceiver::keeper`) knows of each host,
+    /// in the order of the connection string.
+    pub hosts: Vec<HostState>,
+}
+
+/// One host of a source, as the slot keeper last saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostState {
+    /// `host:port`.
+    pub host: String,
+    /// `primary` or `standby`; `None` until it answered once.
+    pub role: Option<&'static str>,
+    /// The slot there was advanced up to here (never backwards).
+    pub advanced_lsn: Option<Lsn>,
+    /// Why the latest attempt to reach it, create or advance its slot
+    /// failed; `None` after one that worked.
+    pub last_error: Option<String>,
+    /// Failed attempts so far.
+    pub errors: u64,
 }
 
 impl ReceiverStatus {
@@ -266,13 +343,15 @@ mod tests {
         assert_eq!(loaded.slot_origin, SlotOrigin::Unknown);
         assert_eq!((loaded.version, loaded.pg_tli, loaded.history().unwrap()), (1, None, None));
         assert_eq!(loaded.on_divergence, OnDivergence::Stop);
-        // Written again, it is version 2.
+        // Its host holds the slot; written again, it is version 3 and says so.
+        assert_eq!(loaded.slot_hosts(), ["127.0.0.1:5432"]);
         loaded.persist(&engine, dir.path()).await.unwrap();
         let again = WalSource::load(&engine, dir.path()).await.unwrap().unwrap();
         assert_eq!(again.version, WAL_SOURCE_VERSION);
+        assert_eq!(again.slot_hosts, ["127.0.0.1:5432"]);
         // A newer version, and a history that breaks its invariants.
         for (bad, needle) in [
-            (r#""version": 3"#, "version 3 (this pageserver reads up to 2)"),
+            (r#""version": 4"#, "version 4 (this pageserver reads up to 3)"),
             (
                 r#""version": 2, "pg_tli": 1, "pg_tli_history": [{"tli": 1, "switch_lsn": "0/1"}]"#,
                 "ancestor timeline 1 is not below 1",
@@ -290,5 +369,46 @@ mod tests {
         assert!(err.contains(WAL_SOURCE_FILE), "{err}");
         WalSource::remove(&engine, dir.path()).await.unwrap();
         assert_eq!(WalSource::load(&engine, dir.path()).await.unwrap(), None);
+    }
+
+    /// Version 2 (TLIs, one host) and version 3 (several hosts, the ones
+    /// holding the slot) load; version 3 round-trips.
+    #[tokio::test]
+    async fn versions_2_and_3_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = IoEngine::new(io_engine::IoEngineKind::StdFs).unwrap();
+        let v2 = br#"{"version": 2, "connstring": "host=a port=5433", "slot": "s",
+                       "system_id": 7, "consistent_lsn": "0/3000100", "slot_origin": "created",
+                       "pg_tli": 2, "pg_tli_history": [{"tli": 1, "switch_lsn": "0/5000108"}],
+                       "on_divergence": "branch"}"#;
+        std::fs::write(dir.path().join(WAL_SOURCE_FILE), v2).unwrap();
+        let loaded = WalSource::load(&engine, dir.path()).await.unwrap().unwrap();
+        assert_eq!((loaded.version, loaded.pg_tli), (2, Some(2)));
+        assert_eq!(loaded.on_divergence, OnDivergence::Branch);
+        assert_eq!(loaded.slot_hosts(), ["a:5433"]);
+
+        let mut s = WalSource::new(
+            "postgres://u:secret@h1:5432,h2:5433/postgres?target_session_attrs=any".to_string(),
+            "pageserver_x".to_string(),
+            7,
+            SlotOrigin::Created,
+        );
+        assert_eq!(s.slot_hosts(), ["h1:5432", "h2:5433"]);
+        assert!(s.set_slot_host("h1:5432", false));
+        assert!(s.set_slot_host("h2:5433", false));
+        assert!(s.set_slot_host("h2:5433", true));
+        assert!(!s.set_slot_host("h2:5433", true));
+        s.persist(&engine, dir.path()).await.unwrap();
+        let loaded = WalSource::load(&engine, dir.path()).await.unwrap().unwrap();
+        assert_eq!(loaded, s);
+        assert_eq!(loaded.slot_hosts(), ["h2:5433"]);
+        assert_eq!(
+            loaded.redacted_connstring(),
+            "postgres://u@h1:5432,h2:5433/postgres?target_session_attrs=any"
+        );
+        let hosts = loaded.host_list().unwrap();
+        assert_eq!(hosts.hosts.len(), 2);
+        let json = std::fs::read_to_string(dir.path().join(WAL_SOURCE_FILE)).unwrap();
+        assert!(json.contains(r#""version": 3"#) && json.contains(r#""slot_hosts""#), "{json}");
     }
 }
