@@ -40,12 +40,10 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("connect to {addr}: {source}")]
-    Connect {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is in the message, not in `source()`: a chain printed
+    /// whole (`{:#}`) names it once.
+    #[error("connect to {addr}: {cause}")]
+    Connect { addr: String, cause: std::io::Error },
     #[error("{what} timed out after {after:?}")]
     Timeout { what: String, after: Duration },
     /// The socket failed while reading or writing.
@@ -369,7 +367,7 @@ impl Client {
         let setup = async {
             let stream = TcpStream::connect(addr)
                 .await
-                .map_err(|source| ClientError::Connect { addr: addr.to_string(), source })?;
+                .map_err(|cause| ClientError::Connect { addr: addr.to_string(), cause })?;
             let mut c = Client::from_stream(stream)?;
             c.startup(params, password).await?;
             Ok(c)
