@@ -65,11 +65,11 @@ run_pytest -q "${workers[@]}" test_runner/regress
 echo "== pytest: regress on the io-uring engine with direct IO"
 # The engine does the same file IO whatever the major: one major here (the
 # first pass ran all four). Suites about WAL records, protocols, config,
-# limits, metrics, the API contract and the dashboard do no storage IO of
+# limits, metrics, the API contract, the dashboard and host choice do no storage IO of
 # their own: once is enough.
 not_io=(native_redo config wal_refusals page_service_protocol pagestream_golden
     extended_protocol client_limits minio_fixture metrics bootstrap_verify checkpoint_fields
-    fullbackup_errors backup_limits openapi dashboard pagectl)
+    fullbackup_errors backup_limits openapi dashboard pagectl multihost)
 ignore=()
 for t in "${not_io[@]}"; do ignore+=("--ignore=test_runner/regress/test_$t.py"); done
 PAGESERVER_IO_ENGINE=io-uring PAGESERVER_DIRECT_IO=true run_pytest -q "${workers[@]}" test_runner/regress \
