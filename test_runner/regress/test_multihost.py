@@ -27,7 +27,7 @@ import time
 import pytest
 
 from fixtures.pagestream import parse_lsn
-from fixtures.vanilla_pg import VanillaPostgres, pg_bin_dir
+from fixtures.vanilla_pg import VanillaPostgres, primary_with_standby
 from fixtures.wal_compare import compare_slru_with_primary, compare_with_primary
 
 SETTINGS = {
@@ -52,18 +52,8 @@ ALLOWED = [
 
 @pytest.fixture(params=[15, 18], ids=lambda v: f"pg{v}")
 def pair(request, test_output_dir, port_distributor):
-    major = request.param
-    bin_dir = pg_bin_dir(major)
-    if bin_dir is None:
-        pytest.fail(f"PostgreSQL {major} is not installed: run scripts/install-test-deps.sh")
-    primary = VanillaPostgres(test_output_dir / "primary", port_distributor.get(), bin_dir=bin_dir)
-    primary.init(SETTINGS, checksums=True).start()
-    standby = primary.make_standby(test_output_dir / "standby", port_distributor.get())
-    standby.start()
-    yield primary, standby
-    for pg in (standby, primary):
-        pg.stop(mode="immediate")
-        pg.release()
+    with primary_with_standby(test_output_dir, port_distributor, request.param, SETTINGS) as servers:
+        yield servers
 
 
 def lsn_of(pg: VanillaPostgres) -> int:

@@ -152,7 +152,7 @@ async fn slots_on_other_hosts(
     for cs in list.hosts.iter().filter(|cs| cs.addr() != except) {
         let addr = cs.addr();
         let work = async {
-            let mut client = super::keeper::connect(cs, source).await?;
+            let (mut client, _) = super::hosts::connect_checked(cs, source).await?;
             super::keeper::create(&mut client, &source.slot).await
         };
         match super::session::bounded(conf.timeout, work).await {

@@ -149,6 +149,17 @@ async fn probe(
     cs: &ConnString,
     source: &WalSource,
 ) -> anyhow::Result<(ReplicationClient, IdentifySystem, Role)> {
+    let (mut client, id) = connect_checked(cs, source).await?;
+    let role = role(&mut client).await?;
+    Ok((client, id, role))
+}
+
+/// A replication connection to a host of `source`'s cluster (its system
+/// id checked), with the host's `IDENTIFY_SYSTEM`.
+pub async fn connect_checked(
+    cs: &ConnString,
+    source: &WalSource,
+) -> anyhow::Result<(ReplicationClient, IdentifySystem)> {
     // The client's error names the address and the cause.
     let mut client = ReplicationClient::connect_with(cs).await?;
     let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
@@ -159,8 +170,7 @@ async fn probe(
             source.system_id
         );
     }
-    let role = role(&mut client).await?;
-    Ok((client, id, role))
+    Ok((client, id))
 }
 
 type Prepared = (ReplicationClient, IdentifySystem, TimelineHistory, u32);

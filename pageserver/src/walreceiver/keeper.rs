@@ -28,7 +28,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use pq_proto::client::Client;
 use pq_proto::connstring::{ConnString, Role};
 use pq_proto::replication::ReplicationClient;
@@ -97,7 +97,7 @@ struct Kept {
 /// Steps 1 to 3 of the module comment on one host.
 async fn keep(tl: &Timeline, source: &WalSource, cs: &ConnString, target: Lsn) -> Kept {
     let addr = cs.addr();
-    let mut client = match connect(cs, source).await {
+    let mut client = match hosts::connect_checked(cs, source).await.map(|(c, _)| c) {
         Ok(c) => c,
         Err(e) => return Kept { role: None, result: Err(("connect", e)) },
     };
@@ -126,21 +126,6 @@ async fn keep(tl: &Timeline, source: &WalSource, cs: &ConnString, target: Lsn) -
         }
         Err(e) => Kept { role: Some(role), result: Err(("advance", e)) },
     }
-}
-
-/// A replication connection to a host of `source`'s cluster.
-pub async fn connect(cs: &ConnString, source: &WalSource) -> anyhow::Result<ReplicationClient> {
-    // The client's error names the address and the cause.
-    let mut client = ReplicationClient::connect_with(cs).await?;
-    let id = client.identify_system().await.context("IDENTIFY_SYSTEM")?;
-    if id.systemid != source.system_id {
-        bail!(
-            "another cluster: system id {}, this timeline follows {}",
-            id.systemid,
-            source.system_id
-        );
-    }
-    Ok(client)
 }
 
 /// Create the physical slot `slot` with `RESERVE_WAL`; one of that name
