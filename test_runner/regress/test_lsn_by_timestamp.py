@@ -53,12 +53,17 @@ def time_of_lsn(http, tenant, timeline, lsn: int) -> datetime:
 
 
 def commit_at_known_times(pg) -> list[tuple[datetime, int, int]]:
-    """Per commit k (1..COMMITS): (a time after it and before the next, the
-    WAL insert position before it, and after it). A rolled-back transaction
-    (an abort record) comes between each two."""
+    """Per commit k (1..COMMITS): see `commit_marks`."""
     pg.psql("CREATE TABLE marks (id int, at timestamptz)")
+    return commit_marks(pg, range(1, COMMITS + 1))
+
+
+def commit_marks(pg, ids) -> list[tuple[datetime, int, int]]:
+    """Per id, a row of `marks` committed: (a time after its commit and
+    before the next transaction, the WAL insert position before it, and
+    after it). A rolled-back transaction (an abort record) follows each."""
     points = []
-    for k in range(1, COMMITS + 1):
+    for k in ids:
         before = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
         pg.psql(f"INSERT INTO marks VALUES ({k}, clock_timestamp())")
         between = pg_time(pg)

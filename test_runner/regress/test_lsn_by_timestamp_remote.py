@@ -25,7 +25,7 @@ from fixtures.remote import gen_suffix, newest_index, remote_pageserver, timelin
 from fixtures.utils import fmt_lsn
 from fixtures.vanilla_pg import started_primary
 from fixtures.wal_compare import follow_primary
-from test_lsn_by_timestamp import MANUAL, lsn_by_time, pg_time, rows_at, time_of_lsn
+from test_lsn_by_timestamp import MANUAL, commit_marks, lsn_by_time, rows_at, time_of_lsn
 from test_wal_ingest import PRIMARY_GONE, wait_for_lsn
 
 # segment.rs: a sealed segment holds this many transactions.
@@ -39,21 +39,6 @@ SLOT_BUSY = r"replication failed: .*replication slot \S+ is active for PID"
 @pytest.fixture(params=[15, 18], ids=lambda v: f"pg{v}")
 def primary(request, test_output_dir, port_distributor):
     yield from started_primary(request.param, test_output_dir, port_distributor.get(), {"max_replication_slots": "4", "autovacuum": "off"})
-
-
-def commit_marks(pg, ids) -> list[tuple[datetime, int, int]]:
-    """Per id: (a time after its commit and before the next transaction,
-    the WAL insert position before it, after it); a rolled-back
-    transaction follows each."""
-    points = []
-    for k in ids:
-        before = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
-        pg.psql(f"INSERT INTO marks VALUES ({k}, clock_timestamp())")
-        between = pg_time(pg)
-        after = parse_lsn(pg.psql("SELECT pg_current_wal_insert_lsn()"))
-        pg.psql(f"BEGIN; INSERT INTO marks VALUES ({-k}, now()); ROLLBACK")
-        points.append((between, before, after))
-    return points
 
 
 def present_lsns(http, tenant, timeline, points) -> list[int]:
