@@ -18,8 +18,9 @@
 //!   as diverged, as with one host.
 //!
 //! Invariant: every read-modify-write of a timeline's `WalSource` by the
-//! receiver's tasks (history, slot hosts) holds [`SOURCE_EDIT`], so the
-//! session and the slot keeper never lose each other's changes.
+//! receiver's tasks (history, slot hosts) goes through [`edit_source`],
+//! under the timeline's `source_edit` lock, so the session and the slot
+//! keeper never lose each other's changes.
 
 use anyhow::{bail, Context};
 use postgres_ffi::wal::TimelineHistory;
@@ -33,16 +34,13 @@ use super::{history, WalReceiverConf};
 use crate::tenant::timeline::wal_source::WalSource;
 use crate::tenant::Timeline;
 
-/// Held across each read-modify-write of a timeline's source.
-pub static SOURCE_EDIT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Change the timeline's source with `edit` (which says whether it
-/// changed anything) and persist it; under [`SOURCE_EDIT`].
+/// changed anything) and persist it; under the timeline's `source_edit`.
 pub async fn edit_source(
     tl: &Timeline,
     edit: impl FnOnce(&mut WalSource) -> anyhow::Result<bool>,
 ) -> anyhow::Result<()> {
-    let _edit = SOURCE_EDIT.lock().await;
+    let _edit = tl.source_edit.lock().await;
     let Some(mut source) = tl.wal_source() else {
         bail!("the timeline no longer follows a source");
     };

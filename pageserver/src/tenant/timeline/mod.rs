@@ -133,6 +133,10 @@ pub struct Timeline {
     corruption_log: PerKeyLogLimit,
     /// The primary this timeline follows, if any (`wal_source.json`).
     wal_source: Mutex<Option<WalSource>>,
+    /// Held across each read-modify-write of `wal_source` by the receiver's
+    /// tasks (`walreceiver::hosts::edit_source`), so the session and the
+    /// slot keeper never lose each other's changes.
+    pub source_edit: tokio::sync::Mutex<()>,
     /// `min_readable_lsn()`, kept beside `wal_source` (written under its
     /// lock) so that the per-request LSN check takes no lock.
     min_readable_lsn: AtomicU64,
@@ -269,6 +273,7 @@ impl Timeline {
             commit_times,
             data_checksums: cluster::ChecksumsKnown::default(),
             wal_source: Mutex::new(wal_source),
+            source_edit: tokio::sync::Mutex::new(()),
             receiver_status: Mutex::new(ReceiverStatus::default()),
             receiver_task: Mutex::new(None),
             last_records: Mutex::new(std::collections::VecDeque::new()),
