@@ -117,6 +117,23 @@ fn identify_system_answer(out: &mut BytesMut) {
     backend::ready_for_query(out);
 }
 
+/// After the client's CopyDone: the server's end of timeline 1 (next
+/// timeline 2 from 0/1000003), then the answer to the client's
+/// `IDENTIFY_SYSTEM`.
+async fn end_timeline_1_then_identify(f: &mut Fake) {
+    let mut out = BytesMut::new();
+    backend::row_description(&mut out, &["next_tli", "next_tli_startpos"]);
+    backend::data_row(&mut out, &[Some("2"), Some("0/1000003")]);
+    backend::command_complete(&mut out, "SELECT");
+    backend::command_complete(&mut out, "START_REPLICATION");
+    backend::ready_for_query(&mut out);
+    f.send(out).await;
+    f.expect_query("IDENTIFY_SYSTEM").await;
+    let mut out = BytesMut::new();
+    identify_system_answer(&mut out);
+    f.send(out).await;
+}
+
 async fn start_streaming(f: &mut Fake) {
     f.expect_query("START_REPLICATION SLOT s PHYSICAL 0/1000000 TIMELINE 1").await;
     let mut out = BytesMut::new();
@@ -142,17 +159,7 @@ async fn timeline_end_then_the_session_is_usable() {
         backend::copy_done(&mut out);
         f.send(out).await;
         assert_eq!(f.read().await.unwrap().0, b'c', "the client answers CopyDone");
-        let mut out = BytesMut::new();
-        backend::row_description(&mut out, &["next_tli", "next_tli_startpos"]);
-        backend::data_row(&mut out, &[Some("2"), Some("0/1000003")]);
-        backend::command_complete(&mut out, "SELECT");
-        backend::command_complete(&mut out, "START_REPLICATION");
-        backend::ready_for_query(&mut out);
-        f.send(out).await;
-        f.expect_query("IDENTIFY_SYSTEM").await;
-        let mut out = BytesMut::new();
-        identify_system_answer(&mut out);
-        f.send(out).await;
+        end_timeline_1_then_identify(&mut f).await;
     })
     .await;
     let mut repl = ReplicationClient::connect(&url).await.unwrap();
@@ -191,18 +198,8 @@ async fn a_status_update_while_the_stream_ends_sends_nothing() {
         assert_eq!(f.read().await.unwrap().0, b'c', "the client answers CopyDone");
         // Held back while the client tries its status update.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let mut out = BytesMut::new();
-        backend::row_description(&mut out, &["next_tli", "next_tli_startpos"]);
-        backend::data_row(&mut out, &[Some("2"), Some("0/1000003")]);
-        backend::command_complete(&mut out, "SELECT");
-        backend::command_complete(&mut out, "START_REPLICATION");
-        backend::ready_for_query(&mut out);
-        f.send(out).await;
         // The next message is the query: no CopyData after the CopyDone.
-        f.expect_query("IDENTIFY_SYSTEM").await;
-        let mut out = BytesMut::new();
-        identify_system_answer(&mut out);
-        f.send(out).await;
+        end_timeline_1_then_identify(&mut f).await;
     })
     .await;
     let mut repl = ReplicationClient::connect(&url).await.unwrap();
