@@ -228,6 +228,13 @@ def pgbench_s100_backup(port_distributor) -> BaseBackup:
 
 
 @pytest.fixture(scope="session")
+def pgbench_s300_backup(port_distributor) -> BaseBackup:
+    """Base backup of `pgbench -i -s 300` (4.5 GB; a 3.8 GB table in four
+    segment files): the import memory benchmark's largest."""
+    return _cached_backup(port_distributor, "pgbench_s300", lambda pg: pg.pgbench_init(300))
+
+
+@pytest.fixture(scope="session")
 def small_backup(port_distributor) -> BaseBackup:
     """Base backup of a fresh cluster with one small table, an index and a
     second database: quick to import, still every kind of file."""

@@ -44,6 +44,10 @@ def test_import_pgbench_serves_every_page(pageserver, pgbench_backup):
     info = pageserver.http_client().timeline_get(tl.tenant_id, tl.timeline_id)
     assert parse_lsn(info["last_record_lsn"]) >= pgbench_backup.start_lsn
     assert info["disk_consistent_lsn"] == info["last_record_lsn"], "import returned before the data was durable"
+    # Large relation files go straight to image layers, each page once: the
+    # L0 of the import holds the small files and metadata only.
+    assert info["image_bytes"] > 150 * 2**20, f"pgbench_accounts and its index are not in image layers: {info}"
+    assert info["l0_bytes"] < info["image_bytes"] / 4, f"pages written twice (L0 and images): {info}"
 
     stats = compare_all(pageserver, tl, pgbench_backup, version=3)
     assert stats.pages > 15_000, "pgbench scale 10 should have well over 15k pages"

@@ -40,10 +40,12 @@ use super::pg_files::{
     classify, parse_backup_label, parse_control, parse_pg_version, BackupLabel, PgFile,
     SUPPORTED_VERSIONS,
 };
+use super::rel_images::RelImages;
 use super::spill::{SpillReader, SpillWriter};
 use super::tar_reader::{Entry, EntryKind, EntryObserver, TarPart, TarReader};
 use super::ImportError;
 use crate::pgdatadir_mapping::{DatadirModification, BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};
+use crate::tenant::storage_layer::layer_file::LayerFile;
 use crate::tenant::{Tenant, TenantError, Timeline, UninitializedTimeline};
 
 /// Largest `backup_label`, `PG_VERSION`, `pg_control` or two-phase file read
@@ -168,7 +170,7 @@ fn check_tablespace_links(
 }
 
 /// Where the data of the entry being imported comes from.
-enum Source<'r, S> {
+pub(super) enum Source<'r, S> {
     Tar(&'r mut TarReader<S>),
     Spill(&'r mut SpillReader),
 }
@@ -178,7 +180,7 @@ where
     S: Stream<Item = Result<TarPart, io::Error>> + Unpin,
 {
     /// Exactly `n` bytes of the current entry (the caller knows its size).
-    async fn read_exact(&mut self, n: usize, path: &str) -> Result<Bytes, ImportError> {
+    pub(super) async fn read_exact(&mut self, n: usize, path: &str) -> Result<Bytes, ImportError> {
         let b = match self {
             Source::Tar(t) => t.read_data(n).await?,
             Source::Spill(s) => s.read_data(n).await.context("read the import spill file")?,
@@ -216,6 +218,8 @@ fn utf8(entry: &Entry, b: &[u8]) -> Result<String, ImportError> {
 struct Stats {
     rel_files: u64,
     rel_pages: u64,
+    /// Of `rel_pages`, written straight to image layers (`rel_images`).
+    image_pages: u64,
     slru_pages: u64,
     skipped: u64,
 }
@@ -333,15 +337,18 @@ where
 
     // Phase 2: the timeline.
     let initial_lsn = Lsn(lsn.0 - 1);
-    let uninit = tenant.begin_timeline_creation(timeline_id, initial_lsn, pg_version).await?;
+    let mut uninit = tenant.begin_timeline_creation(timeline_id, initial_lsn, pg_version).await?;
     let tl = uninit.timeline().clone();
-    import_into(&tl, lsn, &mut pre, &mut tar, ended, &mut stats).await?;
+    let images = import_into(&tl, lsn, &mut pre, &mut tar, ended, &mut stats).await?;
+    uninit.add_import_images(images);
     info!(
         "imported base backup into timeline {}/{timeline_id} at {lsn} (PostgreSQL {pg_version}): \
-         {} relation files, {} relation pages, {} SLRU pages, {} entries skipped, {} tar bytes in {:.1?}",
+         {} relation files, {} relation pages ({} into image layers), {} SLRU pages, \
+         {} entries skipped, {} tar bytes in {:.1?}",
         tenant.id(),
         stats.rel_files,
         stats.rel_pages,
+        stats.image_pages,
         stats.slru_pages,
         stats.skipped,
         tar.offset(),
@@ -359,20 +366,22 @@ async fn import_into<S>(
     tar: &mut TarReader<S>,
     ended: bool,
     stats: &mut Stats,
-) -> Result<(), ImportError>
+) -> Result<(Lsn, Vec<LayerFile>), ImportError>
 where
     S: Stream<Item = Result<TarPart, io::Error>> + Send + Unpin,
 {
     let pg_version = pre.version.expect("decided before the timeline was created");
     let mut m = tl.begin_modification(lsn);
     m.init_empty().await?;
+    let mut images = RelImages::new(tl, lsn);
 
     if let Some(spill) = pre.spill.take() {
         let mut reader = spill.into_reader().await.context("rewind the import spill file")?;
         while let Some(e) = reader.next_entry().await.context("read the import spill file")? {
             let class = classify(&e.path, e.is_dir);
             let src = &mut Source::Spill(&mut reader);
-            import_entry::<S>(&mut m, pg_version, &e.path, class, e.size, src, stats).await?;
+            let dst = (&mut m, &mut images);
+            import_entry::<S>(dst, pg_version, &e.path, class, e.size, src, stats).await?;
         }
     }
 
@@ -396,7 +405,8 @@ where
                 class => {
                     let (path, size) = (entry.path.clone(), entry.size);
                     let src = &mut Source::Tar(tar);
-                    import_entry(&mut m, pg_version, &path, class, size, src, stats).await?;
+                    let dst = (&mut m, &mut images);
+                    import_entry(dst, pg_version, &path, class, size, src, stats).await?;
                 }
             }
         }
@@ -428,13 +438,13 @@ where
     let tl = m.committed_view().0;
     m.commit().await.with_context(|| format!("commit the import at {lsn}"))?;
     tl.set_data_checksums(cd.data_checksums);
-    Ok(())
+    Ok(images.into_files())
 }
 
 /// Import one data entry (relation file, SLRU segment, relmap, two-phase
 /// file, database directory).
 async fn import_entry<S>(
-    m: &mut DatadirModification<'_>,
+    (m, images): (&mut DatadirModification<'_>, &mut RelImages),
     pg_version: u32,
     path: &str,
     class: PgFile,
@@ -483,9 +493,15 @@ where
             if m.rel_size(rel).await?.is_none() {
                 m.put_rel_creation(rel, 0).await?;
             }
-            for i in 0..n {
-                let page = src.read_exact(BLCKSZ, path).await?;
-                m.put_rel_page_image(rel, first + i, page).await?;
+            if RelImages::wants(n) {
+                images.write_segment(m.timeline(), (rel, first, n), path, src).await?;
+                m.put_rel_blocks_written_elsewhere(rel, first..first + n).await?;
+                stats.image_pages += n as u64;
+            } else {
+                for i in 0..n {
+                    let page = src.read_exact(BLCKSZ, path).await?;
+                    m.put_rel_page_image(rel, first + i, page).await?;
+                }
             }
             // An empty segment N still means the relation spans N segments.
             m.put_rel_extend(rel, first + n).await?;

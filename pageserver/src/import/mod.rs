@@ -4,7 +4,9 @@
 //!
 //! Guarantees:
 //! - the body is streamed (`tar_reader`), never held whole in memory; page
-//!   values go to the timeline in bounded batches;
+//!   values go to the timeline in bounded batches, and large relation files
+//!   straight to image layers (`rel_images`), so memory does not grow with
+//!   the bytes imported;
 //! - everything is written at one LSN, the backup's start LSN (see
 //!   `basebackup` and docs/import.md), inside a timeline created with
 //!   `Tenant::begin_timeline_creation`: it becomes visible only when
@@ -18,6 +20,7 @@ mod backup_parts;
 mod basebackup;
 pub mod manifest;
 pub mod pg_files;
+mod rel_images;
 mod spill;
 pub mod tar_reader;
 

@@ -427,6 +427,11 @@ impl<'t> DatadirModification<'t> {
         Ok(())
     }
 
+    /// The timeline this modification writes to.
+    pub fn timeline(&self) -> &'t Timeline {
+        self.tl
+    }
+
     /// Store an 8 KiB page image of block `blk` of `rel`.
     pub async fn put_rel_page_image(
         &mut self,
@@ -466,6 +471,30 @@ impl<'t> DatadirModification<'t> {
         }
         self.push(key, value);
         self.maybe_flush().await
+    }
+
+    /// Record that `blocks` of `rel` were written at this LSN outside the
+    /// modification (an import's image layers: `import::rel_images`), so
+    /// that the commit does not zero-fill them and a second write of one of
+    /// them at this LSN is refused. Extends `rel` (creating it) to cover them.
+    pub async fn put_rel_blocks_written_elsewhere(
+        &mut self,
+        rel: RelTag,
+        blocks: std::ops::Range<u32>,
+    ) -> anyhow::Result<()> {
+        let lsn = self.lsn;
+        if self.rel_state(rel).await?.size.is_none() {
+            self.put_rel_creation(rel, 0).await?;
+        }
+        let st = self.rels.get_mut(&rel).expect("loaded above");
+        for blk in blocks.clone() {
+            if blk >= st.low && !st.written.insert(blk) {
+                bail!("block {blk} of {rel} written twice at {lsn}");
+            }
+        }
+        let size = st.size.as_mut().expect("exists");
+        *size = (*size).max(blocks.end);
+        Ok(())
     }
 
     /// Grow `rel` to at least `nblocks` blocks (new blocks read as zeros).

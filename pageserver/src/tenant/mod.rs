@@ -58,6 +58,7 @@ use attachment::RemoteIndex;
 use metadata::TimelineMetadata;
 use remote_timeline::index_part::IndexPart;
 use remote_timeline::Generation;
+use storage_layer::layer_file::LayerFile;
 
 /// Storage settings, derived from the daemon's config.
 #[derive(Debug, Clone)]
@@ -538,7 +539,8 @@ impl Tenant {
         pg_version: u32,
     ) -> Result<UninitializedTimeline, TenantError> {
         self.reserve(id)?;
-        let mut uninit = UninitializedTimeline { tenant: self.clone(), id, timeline: None };
+        let mut uninit =
+            UninitializedTimeline { tenant: self.clone(), id, timeline: None, import_images: None };
         attachment::refuse_if_remote(&self.conf, (self.id, id)).await?;
         let temp_dir = io_engine::temp_path(&self.timeline_dir(id));
         let engine = &self.conf.io_engine;
@@ -624,11 +626,21 @@ pub struct UninitializedTimeline {
     tenant: Arc<Tenant>,
     id: TimelineId,
     timeline: Option<Arc<Timeline>>,
+    /// Image layers an import wrote at an LSN (`import::rel_images`),
+    /// installed by `finish` once that LSN is flushed.
+    import_images: Option<(Lsn, Vec<LayerFile>)>,
 }
 
 impl UninitializedTimeline {
     pub fn timeline(&self) -> &Arc<Timeline> {
         self.timeline.as_ref().expect("present until finish or drop")
+    }
+
+    /// Image layers written at `lsn` into the timeline's directory, to be
+    /// part of the timeline when `finish` publishes it. Once per timeline.
+    pub fn add_import_images(&mut self, (lsn, files): (Lsn, Vec<LayerFile>)) {
+        assert!(self.import_images.is_none(), "import images added twice");
+        self.import_images = Some((lsn, files));
     }
 
     pub async fn finish(mut self) -> Result<Arc<Timeline>, TenantError> {
@@ -641,6 +653,9 @@ impl UninitializedTimeline {
                 tl.get_disk_consistent_lsn() == tl.get_last_record_lsn(),
                 "new timeline not fully flushed"
             );
+            if let Some((lsn, files)) = self.import_images.take() {
+                tl.install_import_images(lsn, files).await?;
+            }
             tl.shutdown(false, Duration::ZERO).await;
             let final_dir = tenant.timeline_dir(self.id);
             tenant.conf.io_engine.rename(&temp_dir, &final_dir).await?;

@@ -112,6 +112,7 @@ impl Timeline {
                     .count();
                 force || deep > threshold
             })
+            .flat_map(|r| historic.uncovered_by_images_at(image_lsn, r))
             .collect::<Vec<_>>();
         (!ranges.is_empty()).then_some((image_lsn, ranges))
     }

@@ -63,6 +63,7 @@ pub mod compaction;
 mod flush;
 pub mod gc;
 mod images;
+mod import_images;
 pub mod lease;
 mod load;
 mod log_limit;

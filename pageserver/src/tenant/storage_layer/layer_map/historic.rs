@@ -367,6 +367,29 @@ impl<L: HistoricLayer> Historic<L> {
         self.images.by_lsn().iter().map(|(lsn, v)| (*lsn, v.as_slice()))
     }
 
+    /// The parts of `keys` that no image layer at exactly `lsn` covers, in
+    /// key order: where new images at `lsn` may go, since images at one
+    /// LSN are disjoint (an import writes its own at its LSN, and image
+    /// creation may later pick the same LSN).
+    pub fn uncovered_by_images_at(&self, lsn: Lsn, keys: Range<Key>) -> Vec<Range<Key>> {
+        let mut gaps = Vec::new();
+        let mut from = keys.start;
+        for l in self.images.by_lsn().get(&lsn).into_iter().flatten() {
+            let covered = &l.layer_name().key_range;
+            if covered.end <= from || covered.start >= keys.end {
+                continue;
+            }
+            if covered.start > from {
+                gaps.push(from..covered.start);
+            }
+            from = from.max(covered.end);
+        }
+        if from < keys.end {
+            gaps.push(from..keys.end);
+        }
+        gaps
+    }
+
     /// The newest image layer covering `key` at or below `lsn`, with its LSN.
     pub fn newest_image(&self, key: Key, lsn: Lsn) -> Option<(Lsn, &Arc<L>)> {
         self.images.newest(key, lsn)

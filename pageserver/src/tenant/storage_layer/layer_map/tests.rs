@@ -191,6 +191,23 @@ fn replace_l0s_takes_the_oldest_run_in_order() {
 }
 
 #[test]
+fn uncovered_by_images_at_leaves_the_gaps_of_that_lsn_only() {
+    let (mut map, _) = small_map();
+    map.add_images(Lsn(0x25), vec![image(10..12, 0x25), image(20..30, 0x25)]);
+    let h = map.historic();
+    let gaps = |keys: Range<u32>, lsn: u64| {
+        let r = h.uncovered_by_images_at(Lsn(lsn), key(keys.start)..key(keys.end));
+        r.iter().map(|g| (g.start, g.end)).collect::<Vec<_>>()
+    };
+    // Images at 0x25 cover 0..5, 10..12 and 20..30.
+    assert_eq!(gaps(0..40, 0x25), vec![(key(5), key(10)), (key(12), key(20)), (key(30), key(40))]);
+    assert_eq!(gaps(3..11, 0x25), vec![(key(5), key(10))]);
+    assert_eq!(gaps(21..29, 0x25), vec![]);
+    // Another LSN has no images: all of it.
+    assert_eq!(gaps(0..40, 0x26), vec![(key(0), key(40))]);
+}
+
+#[test]
 fn add_images_keeps_each_lsn_disjoint() {
     let (mut map, _) = small_map();
     let existing = image(0..5, 0x25).layer_name().to_string();
