@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.compare import compare_all, import_backup
+from fixtures.utils import process_memory_mb
 
 pytestmark = pytest.mark.perf
 
@@ -29,11 +30,6 @@ SCALES = [10, 100, 300]
 # An import's peak over the daemon's RSS before it, at any scale. Before
 # large files went to image layers it grew by ~100 bytes per page.
 PEAK_GROWTH_LIMIT_MB = 96
-
-
-def memory_mb(pid: int) -> dict[str, int]:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return {k: int(fields[k].split()[0]) // 1024 for k in ("VmRSS", "VmHWM")}
 
 
 def reset_peak(pid: int) -> None:
@@ -48,14 +44,14 @@ def test_import_memory_is_bounded(pageserver, request):
     for scale in SCALES:
         name = "pgbench_backup" if scale == 10 else f"pgbench_s{scale}_backup"
         backup = request.getfixturevalue(name)
-        before = memory_mb(pid)["VmRSS"]
+        before = process_memory_mb(pid)["VmRSS"]
         reset_peak(pid)
         started = time.monotonic()
         tl = import_backup(pageserver, backup)
         took_s = time.monotonic() - started
-        after = memory_mb(pid)
+        after = process_memory_mb(pid)
         time.sleep(5)
-        later = memory_mb(pid)["VmRSS"]
+        later = process_memory_mb(pid)["VmRSS"]
         stats = compare_all(pageserver, tl, backup)
         rows.append((scale, backup.path.stat().st_size >> 20, took_s, before, after["VmHWM"], after["VmRSS"], later, stats.pages))
         pageserver.http_client().tenant_delete(tl.tenant_id)

@@ -45,6 +45,7 @@ import psycopg
 import pytest
 
 from fixtures.pagestream import parse_lsn
+from fixtures.utils import process_memory_mb
 from fixtures.wal_bench import (
     current_lsn,
     parse_pgbench,
@@ -163,6 +164,7 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request,
     wait_for_lsn(http, tenant, tl, parse_lsn(end_lsn), interval=0.005)
     ours_s = time.monotonic() - t0
     ours_cpu_s = cpu_seconds(ps.proc.pid)
+    ours_peak_mb = process_memory_mb(ps.proc.pid)["VmHWM"]  # start-up and catch-up only: a fresh process
     if profiler is not None:
         profiler.send_signal(signal.SIGINT)
         profiler.wait(timeout=120)
@@ -188,6 +190,7 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request,
         "pageserver_start_s": round(started_s, 2),
         "pg_receivewal_cpu_s": round(floor_cpu_s, 2),
         "pageserver_cpu_s": round(ours_cpu_s, 2),
+        "pageserver_peak_rss_mb": ours_peak_mb,
         "pg_receivewal_mib_per_cpu_s": round(floor_mib / max(0.01, floor_cpu_s), 1),
         "pageserver_mib_per_cpu_s": round(ours_mib / ours_cpu_s, 1),
         "load_average_1m": round(os.getloadavg()[0], 1),

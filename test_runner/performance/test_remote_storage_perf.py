@@ -3,19 +3,21 @@ CLI, `aws s3 cp`) in the same run, on the same MinIO and the same files.
 
 pgbench scale 100 (scale 10 with --perf-smoke) is imported into a
 pageserver whose remote storage is MinIO (background compaction off). The
-import is one L0 layer; a forced compaction then rewrites it as L1 layers
-of `compaction_target_size` (128 MiB), as a tenant has them in steady state.
+import writes its large relation files as image layers of
+`compaction_target_size` (128 MiB) and the rest as one small L0, which a
+forced compaction then rewrites as L1: the shape a tenant has in steady
+state.
 
 - Upload: from the import's answer until `remote_consistent_lsn` reaches
-  `disk_consistent_lsn` (one file, multipart), and from the compaction's
-  answer until the bucket's index lists every L1 (many files), each
-  against `aws s3 cp` (`--recursive` for the L1s) of the same layer files
-  (hard links in a staging directory) to another prefix of the bucket.
+  `disk_consistent_lsn` (every layer of the import), against `aws s3 cp
+  --recursive` of the same layer files (hard links in a staging directory)
+  to another prefix of the bucket.
 - Download: an empty pageserver attaches the tenant (generation 2); from
-  the attach request until every L1 is on its disk (the attach's
+  the attach request until every layer is on its disk (the attach's
   background prefetch, two layers at a time), against `aws s3 cp
   --recursive` of the same objects to a local directory followed by
-  `sync` (the pageserver fsyncs every file it downloads).
+  `sync` (the pageserver fsyncs every file it downloads); with the
+  attaching daemon's peak RSS (it must not grow with the data).
 - Time to first page: an empty pageserver attaches the compacted tenant;
   from the attach request until a GetPage of a block in the middle of
   pgbench_accounts is answered (and equals the backup's page), against the
@@ -41,6 +43,7 @@ import pytest
 from fixtures.compare import ImportedTimeline
 from fixtures.pageserver import TEST_OUTPUT
 from fixtures.pagestream import GetPageResponse
+from fixtures.utils import process_memory_mb
 from fixtures.remote import (
     key_of,
     layers_holding,
@@ -84,19 +87,16 @@ def import_and_upload(pageserver_factory, minio, backup) -> tuple:
     return ps, tl, time.monotonic() - started
 
 
-def compact_and_upload(ps, minio, tl: ImportedTimeline) -> tuple[dict, float]:
-    """Forced compaction into L1s; (the index listing them, seconds from
-    the compaction's answer until that index was in the bucket)."""
+def compact_and_upload(ps, minio, tl: ImportedTimeline) -> dict:
+    """Forced compaction of the import's L0 into L1s; the index listing
+    them (and the import's image layers), once it is in the bucket."""
     http = ps.http_client()
     report = http.timeline_compact(tl.tenant_id, tl.timeline_id, force_l0=True)
-    started = time.monotonic()
-    deadline = started + 1800
+    deadline = time.monotonic() + 1800
     while True:
-        index = newest_index(minio, tl.tenant_id, tl.timeline_id)
-        if len(index["layers"]) == report["l1_layers_written"] and all(
-            layer["level"] == "L1" for layer in index["layers"].values()
-        ):
-            return index, time.monotonic() - started
+        levels = [layer["level"] for layer in newest_index(minio, tl.tenant_id, tl.timeline_id)["layers"].values()]
+        if "L0" not in levels and levels.count("L1") == report["l1_layers_written"]:
+            return newest_index(minio, tl.tenant_id, tl.timeline_id)
         assert time.monotonic() < deadline, f"the L1s of {report} not uploaded after 1800 s"
         time.sleep(0.02)
 
@@ -141,37 +141,38 @@ def throughput_row(what: str, files: int, total: int, ours_s: float, aws_s: floa
 
 def test_upload_download_throughput(pageserver_factory, minio, bench_backup, test_output_dir, request):
     ps1, tl, upload_s = import_and_upload(pageserver_factory, minio, bench_backup)
-    l0 = newest_index(minio, tl.tenant_id, tl.timeline_id)["layers"]
-    assert local_layers(ps1, tl.tenant_id, tl.timeline_id) == {n: layer["file_size"] for n, layer in l0.items()}
-    aws_l0_s = aws_upload(minio, ps1, tl, sorted(l0), test_output_dir / "staging_l0", "baseline/l0")
-    l0_bytes = sum(layer["file_size"] for layer in l0.values())
+    imported = newest_index(minio, tl.tenant_id, tl.timeline_id)["layers"]
+    assert local_layers(ps1, tl.tenant_id, tl.timeline_id) == {n: layer["file_size"] for n, layer in imported.items()}
+    aws_up_s = aws_upload(minio, ps1, tl, sorted(imported), test_output_dir / "staging", "baseline/layers")
+    imported_bytes = sum(layer["file_size"] for layer in imported.values())
 
-    index, upload_l1_s = compact_and_upload(ps1, minio, tl)
-    l1 = index["layers"]
-    l1_bytes = sum(layer["file_size"] for layer in l1.values())
-    aws_l1_s = aws_upload(minio, ps1, tl, sorted(l1), test_output_dir / "staging_l1", "baseline/l1")
+    layers = compact_and_upload(ps1, minio, tl)["layers"]
+    layer_bytes = sum(layer["file_size"] for layer in layers.values())
+    # The baseline downloads the same objects: the attach's layers under their own prefix.
+    aws_upload(minio, ps1, tl, sorted(layers), test_output_dir / "staging_attach", "baseline/attach")
     ps1.stop()
 
     ps2 = remote_pageserver(pageserver_factory, minio, "ps2")
     started = time.monotonic()
     ps2.http_client().tenant_attach(tl.tenant_id, 2)
-    wait_resident(ps2, tl, l1)
+    wait_resident(ps2, tl, layers)
     download_s = time.monotonic() - started
+    attach_peak_mb = process_memory_mb(ps2.proc.pid)["VmHWM"]
     ps2.stop()
 
     dest = test_output_dir / "aws_down"
-    src = f"s3://{minio.bucket}/baseline/l1/"
+    src = f"s3://{minio.bucket}/baseline/attach/"
 
     def aws_down():
         minio.aws_cli("s3", "cp", "--recursive", "--quiet", src, str(dest))
         subprocess.run(["sync"], check=True)
 
     aws_down_s = timed(aws_down)
-    assert sorted(p.name for p in dest.iterdir()) == sorted(l1)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(layers)
     rows = [
-        throughput_row("upload of the import's L0", len(l0), l0_bytes, upload_s, aws_l0_s),
-        throughput_row("upload of the L1s after compaction", len(l1), l1_bytes, upload_l1_s, aws_l1_s),
-        throughput_row("download of the L1s at attach", len(l1), l1_bytes, download_s, aws_down_s),
+        throughput_row("upload of the import's layers", len(imported), imported_bytes, upload_s, aws_up_s),
+        throughput_row("download of every layer at attach", len(layers), layer_bytes, download_s, aws_down_s)
+        | {"pageserver_peak_rss_mb": attach_peak_mb},
     ]
     record(request, "remote storage upload and download", rows)
 
@@ -195,7 +196,7 @@ def first_page(ps, tl: ImportedTimeline, rel, blkno: int, timeout: float = 600) 
 
 def test_time_to_first_page(pageserver_factory, minio, bench_backup, test_output_dir, request):
     ps1, tl, _ = import_and_upload(pageserver_factory, minio, bench_backup)
-    index, _ = compact_and_upload(ps1, minio, tl)
+    index = compact_and_upload(ps1, minio, tl)
     rel = max(bench_backup.relations, key=bench_backup.nblocks)  # pgbench_accounts
     blkno = bench_backup.nblocks(rel) // 2
     with tarfile.open(bench_backup.path) as tar:
