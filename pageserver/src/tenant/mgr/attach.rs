@@ -4,7 +4,7 @@
 //! - **Attach** (`AttachedSingle`, generation N), tenant not here: claim N
 //!   (refused when a newer generation is claimed), download per remote
 //!   timeline the newest index at or below N, list the timeline's objects
-//!   and refuse the attach (409, naming them) if the index lists objects
+//!   and refuse the attach (`RemoteIncomplete`, 503, naming them) if the index lists objects
 //!   the store does not have (one of another size is left to the
 //!   download's size and CRC-32C check, which names it) (a lost bucket: the tenant would answer
 //!   "not found" to reads; the pageserver that uploaded them may still
@@ -12,7 +12,7 @@
 //!   `<id>.___temp` (`tenant.json`, per timeline `metadata` from the index
 //!   and `wal_source.json` when it has one, its commit-time segments,
 //!   downloaded and checked: a damaged one refuses the attach (409, naming
-//!   the object) as a missing one does), fsync, rename into place, fsync
+//!   the object)), fsync, rename into place, fsync
 //!   the parent, then load it: its layers are remote-only and downloaded
 //!   when read, and a background prefetch downloads them all
 //!   (`tenant/prefetch.rs`). Loading a timeline makes its manifest the
@@ -58,8 +58,8 @@ use crate::tenant::attachment::TenantFile;
 use crate::tenant::remote_timeline::commit_times;
 use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{
-    check_index_objects, claim_generation, download_newest_index, list_timelines, name_objects,
-    ClaimError, Generation, SizeCheck,
+    check_index_objects, claim_generation, download_newest_index, list_timelines, ClaimError,
+    Generation, SizeCheck,
 };
 use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline};
 
@@ -67,6 +67,8 @@ use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline}
 pub const DETACH_UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Index downloads of one attach in flight at once.
 const ATTACH_INDEX_DOWNLOADS: usize = 8;
+/// Most missing objects a refused attach names.
+const MAX_NAMED: usize = 10;
 
 /// Where a tenant should be, as `location_config` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +101,24 @@ pub enum LocationError {
     /// the message names both sides.
     #[error("{0}")]
     Conflict(String),
+    /// Attach: the remote indexes list objects the store does not have
+    /// (`missing`: up to `MAX_NAMED` of their keys, sorted; `more`: how many
+    /// beyond those); nothing was created here.
+    #[error(
+        "tenant {tenant} is not attached: {} objects its remote indexes list are missing from \
+         {store} ({}{}); the pageserver that uploaded them may still have them and upload them \
+         again",
+        missing.len() + more,
+        missing.join(", "),
+        if *more > 0 { format!(" and {more} more") } else { String::new() }
+    )]
+    RemoteIncomplete {
+        tenant: TenantId,
+        /// The store, as `RemoteStorage::describe` names it.
+        store: String,
+        missing: Vec<String>,
+        more: usize,
+    },
     /// Detach: uploads did not finish in time; the tenant stays attached.
     #[error(
         "tenant {tenant} stays attached: timeline {tenant}/{timeline} is flushed up to \
@@ -189,7 +209,7 @@ impl TenantManager {
         let indexes = download_indexes(rs, id, generation).await?;
         refuse_incomplete(rs, id, &indexes).await?;
         if let Err(e) = self.build_tenant_dir(rs, id, generation, &indexes).await {
-            // A damaged object is refused as a missing one is (module comment).
+            // A damaged object refuses the attach (module comment).
             if e.downcast_ref::<commit_times::DamagedSegment>().is_some() {
                 return Err(LocationError::Conflict(format!("tenant {id} is not attached: {e:#}")));
             }
@@ -431,13 +451,10 @@ async fn refuse_incomplete(
         return Ok(());
     }
     missing.sort();
-    Err(LocationError::Conflict(format!(
-        "tenant {id} is not attached: {} objects its remote indexes list are missing from {} ({}); \
-         the pageserver that uploaded them may still have them and upload them again",
-        missing.len(),
-        rs.describe(),
-        name_objects(&missing)
-    )))
+    let more = missing.len().saturating_sub(MAX_NAMED);
+    missing.truncate(MAX_NAMED);
+    let store = rs.describe().to_string();
+    Err(LocationError::RemoteIncomplete { tenant: id, store, missing, more })
 }
 
 /// A timeline's directory as the index describes it: `metadata`, its

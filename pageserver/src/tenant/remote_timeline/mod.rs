@@ -32,13 +32,17 @@
 //! ([`missing_objects`]). A loss found then, by a periodic listing, or by a
 //! 404 on a download, makes the upload queue forget the lost objects and
 //! upload them again from the local layer files before the next index
-//! (`upload.rs`); a lost generation claim is written again. An attach
+//! (`upload.rs`); a lost generation claim is written again. A lost layer
+//! that is not on local disk either cannot be uploaded again: it is shown
+//! as lost and `remote_consistent_lsn` stays until an index no longer
+//! lists it (`lost.rs`). An attach
 //! refuses an index that lists objects the store does not have, naming
 //! them (`tenant/mgr/attach.rs`), before anything is built locally.
 
 pub mod client;
 pub mod commit_times;
 pub mod index_part;
+mod lost;
 mod upload;
 mod upload_segments;
 
@@ -303,3 +307,6 @@ mod tests;
 
 #[cfg(test)]
 mod upload_tests;
+
+#[cfg(test)]
+mod lost_tests;
