@@ -95,6 +95,14 @@ pub static LOST_OBJECTS: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("register metric")
 });
 
+pub static LIST_REQUESTS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_remote_list_requests_total",
+        "LIST requests sent to remote storage (listings of a prefix, whether they succeeded or not)"
+    )
+    .expect("register metric")
+});
+
 pub static EVICTIONS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "pageserver_layer_evictions_total",
@@ -152,6 +160,7 @@ pub fn register() {
     LazyLock::force(&MISSING_OBJECTS);
     LazyLock::force(&MISSING_OBJECTS_FOUND);
     LazyLock::force(&LOST_OBJECTS);
+    LazyLock::force(&LIST_REQUESTS);
     LazyLock::force(&EVICTIONS);
     LazyLock::force(&RESIDENT_BYTES);
 }

@@ -197,6 +197,19 @@ pub async fn download_newest_index(
     timeline: TimelineId,
     at_most: Generation,
 ) -> anyhow::Result<Option<IndexPart>> {
+    Ok(download_newest_index_listed(rs, tenant, timeline, at_most).await?.0)
+}
+
+/// [`download_newest_index`], and the listing of the timeline's prefix it
+/// chose the index from (taken before the index was read, so it holds
+/// every object uploaded before that index), for [`missing_objects`]
+/// without a second listing.
+pub async fn download_newest_index_listed(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+    timeline: TimelineId,
+    at_most: Generation,
+) -> anyhow::Result<(Option<IndexPart>, Vec<ListedObject>)> {
     let listed = rs.list(&timeline_prefix(tenant, timeline)).await?;
     let newest = listed
         .iter()
@@ -205,7 +218,7 @@ pub async fn download_newest_index(
             _ => None,
         })
         .max();
-    let Some(generation) = newest else { return Ok(None) };
+    let Some(generation) = newest else { return Ok((None, listed)) };
     let key = index_key(tenant, timeline, generation);
     let bytes = rs.get(&key).await?;
     let ip = IndexPart::from_json(&bytes).map_err(|e| e.context(format!("object {key}")))?;
@@ -214,7 +227,7 @@ pub async fn download_newest_index(
         "object {key} says it was written by generation {}",
         ip.generation
     );
-    Ok(Some(ip))
+    Ok((Some(ip), listed))
 }
 
 /// Whether an object of another size than the index records counts as

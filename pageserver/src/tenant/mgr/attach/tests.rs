@@ -260,7 +260,12 @@ async fn attach_refuses_an_index_listing_missing_objects_naming_them() {
     std::fs::remove_file(&path).unwrap();
 
     let b = pageserver(work_b.path(), Some(&rs)).await;
-    let e = match b.set_location(id, attached(2), WAIT).await {
+    let lists = rs.list_requests();
+    let refused = b.set_location(id, attached(2), WAIT).await;
+    // The claim's check, the timelines, and the one timeline's objects
+    // once (its newest index is chosen from the same listing).
+    assert_eq!(rs.list_requests() - lists, 3, "LIST requests of a refused attach");
+    let e = match refused {
         Err(e @ LocationError::RemoteIncomplete { .. }) => e,
         Err(e) => panic!("expected RemoteIncomplete, got {e}"),
         Ok(_) => panic!("expected RemoteIncomplete, got success"),
