@@ -19,11 +19,14 @@
 //! needs cannot be repaired from here: its history is needed by reads, and
 //! the primary released that WAL when an index listing it was found complete.
 
+use std::collections::HashSet;
+
+use tracing::warn;
+use utils::lsn::Lsn;
+
 use super::client::{MissingObject, RemoteTimelineClient};
 use super::index_part::IndexPart;
 use super::name_objects;
-use tracing::warn;
-use utils::lsn::Lsn;
 
 /// Every object the upload found missing is lost: retrying soon cannot help.
 #[derive(Debug, thiserror::Error)]
@@ -47,11 +50,14 @@ impl RemoteTimelineClient {
         index: &IndexPart,
         missing: &[String],
     ) -> anyhow::Result<Vec<MissingObject>> {
-        let mut lost_keys = Vec::new();
+        let missing_set: HashSet<&str> = missing.iter().map(String::as_str).collect();
+        let mut lost_keys = HashSet::new();
         for (name, l) in &index.layers {
             let key = self.object_key(name, l.generation);
-            if missing.contains(&key) && !self.engine().exists(&self.dir().join(name)).await? {
-                lost_keys.push(key);
+            if missing_set.contains(key.as_str())
+                && !self.engine().exists(&self.dir().join(name)).await?
+            {
+                lost_keys.insert(key);
             }
         }
         let objects = missing.iter().map(|k| MissingObject {

@@ -330,10 +330,12 @@ impl RemoteTimelineClient {
         // stays known (its download names the object) and lost.
         let objects = self.classify_missing(index, missing).await?;
         {
+            let recoverable: std::collections::HashSet<&str> =
+                objects.iter().filter(|m| m.recoverable).map(|m| m.key.as_str()).collect();
             let mut uploaded = self.uploaded.lock().unwrap();
             for (name, l) in &index.layers {
                 let key = self.storage().full_key(&self.object_key(name, l.generation));
-                let local = objects.iter().any(|m| m.recoverable && m.key == key);
+                let local = recoverable.contains(key.as_str());
                 if local && uploaded.get(name).is_some_and(|u| u.generation == l.generation) {
                     uploaded.remove(name);
                 }
