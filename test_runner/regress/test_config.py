@@ -28,6 +28,7 @@ def unstarted(pageserver_factory):
         ('listen_pg_addr="not an address"', "listen_pg_addr"),
         ('page_service_pipelining={ mode = "turbo" }', "page_service_pipelining"),
         ('page_service_pipelining={ mode = "pipelined", max_batch_size = 4, execution = "threads" }', "page_service_pipelining"),
+        ('remote_storage={ local_path = "/nonexistent/remote", check_period = "0 s" }', "check_period must be above 0"),
     ],
 )
 def test_bad_override_fails_startup_naming_the_key(unstarted, raw, key):

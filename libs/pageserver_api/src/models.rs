@@ -17,6 +17,8 @@ use crate::key::Key;
 
 mod lsn_by_timestamp;
 pub use lsn_by_timestamp::*;
+mod remote;
+pub use remote::*;
 
 /// PostgreSQL major version assumed when a timeline create request names none.
 pub const DEFAULT_PG_VERSION: u32 = 15;
@@ -288,6 +290,9 @@ pub struct TimelineInfo {
     /// index); null without remote storage or before the first upload.
     #[serde(default)]
     pub remote_consistent_lsn: Option<Lsn>,
+    /// Whether remote storage's copy is complete, and what it lacks.
+    #[serde(flatten)]
+    pub remote: RemoteInfo,
     pub pg_version: u32,
     /// Reads below this LSN are refused.
     pub initial_lsn: Lsn,

@@ -4,8 +4,9 @@
 //! Mapping (the contract documented in `docs/http-api.md`):
 //! 400 bad id / LSN / key / body, 401 no valid token, 403 a token without the
 //! access, 404 unknown tenant / timeline / key,
-//! 409 already exists or a conflict (generations), 503 shutting down, busy
-//! or uploads not finished, 500 anything else.
+//! 409 already exists or a conflict (generations), 503 shutting down, busy,
+//! uploads not finished or an attach from an incomplete remote copy, 500
+//! anything else.
 //!
 //! Messages are escaped and cut to [`MAX_ERROR_MESSAGE_CHARS`].
 //!
@@ -54,7 +55,7 @@ pub enum ApiError {
     #[error("{0}")]
     Overloaded(String),
     /// The object is stopping (a timeline being deleted or detached), the
-    /// daemon is not (503).
+    /// daemon is not; or remote storage lacks objects an attach needs (503).
     #[error("{0}")]
     Unavailable(String),
     /// Each cause of the chain once (`utils::error::report`).
@@ -155,6 +156,10 @@ impl From<LocationError> for ApiError {
             LocationError::NoRemoteStorage => ApiError::BadRequest(e.to_string()),
             LocationError::Conflict(m) => ApiError::Conflict(m),
             LocationError::NotUploaded { .. } => ApiError::Overloaded(e.to_string()),
+            // Nothing conflicts in the request and nothing is wrong with
+            // it: the store lacks objects, which may come back (the uploader
+            // uploads them again), and the same request may then succeed.
+            LocationError::RemoteIncomplete { .. } => ApiError::Unavailable(e.to_string()),
             LocationError::Tenant(e) => e.into(),
             LocationError::Other(e) => ApiError::Internal(e),
         }

@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use futures::StreamExt;
 use pageserver_api::models::{
-    CheckpointResponse, KeySpace, LsnLeaseInfo, LsnLeaseRequest, LsnLeaseResponse,
-    TimelineCreateRequest, TimelineInfo, TimelineState, WalSourceHostInfo, WalSourceInfo,
-    WalSourceRequest, DEFAULT_PG_VERSION,
+    CheckpointResponse, KeySpace, LsnLeaseInfo, LsnLeaseRequest, LsnLeaseResponse, RemoteInfo,
+    RemoteMissingObject, RemoteState, TimelineCreateRequest, TimelineInfo, TimelineState,
+    WalSourceHostInfo, WalSourceInfo, WalSourceRequest, DEFAULT_PG_VERSION, MAX_NAMED_MISSING,
 };
 use serde::Deserialize;
 use utils::id::{TenantId, TimelineId};
@@ -22,6 +22,7 @@ use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, TenantPath, TimelinePath};
 use super::HttpState;
 use crate::import::ImportError;
+use crate::tenant::remote_timeline::client::RemoteConsistency;
 use crate::tenant::timeline::wal_source::{HostState, WalSource};
 use crate::tenant::timeline::{LeaseError, LsnNotReadable};
 use crate::tenant::{ReadKind, TenantError, Timeline};
@@ -40,6 +41,10 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
         last_record_lsn: tl.get_last_record_lsn(),
         disk_consistent_lsn: tl.get_disk_consistent_lsn(),
         remote_consistent_lsn: tl.remote_client().and_then(|r| r.remote_consistent_lsn()),
+        remote: tl
+            .remote_client()
+            .map(|r| remote_info(&r.remote_consistency()))
+            .unwrap_or_default(),
         pg_version: tl.pg_version,
         initial_lsn: tl.get_initial_lsn(),
         in_memory_layers: stats.in_memory_layers as u64,
@@ -58,6 +63,27 @@ pub fn timeline_info(tl: &Timeline) -> TimelineInfo {
             .collect(),
         ancestor_timeline_id: tl.ancestor_timeline_id(),
         ancestor_lsn: tl.ancestor().map(|(_, lsn)| lsn),
+    }
+}
+
+/// The detail's view of what remote storage lacks: lost objects first.
+fn remote_info(c: &RemoteConsistency) -> RemoteInfo {
+    let lost = c.lost().count();
+    let state = match (c.missing.len(), lost) {
+        (0, _) => RemoteState::Complete,
+        (_, 0) => RemoteState::Repairing,
+        _ => RemoteState::Incomplete,
+    };
+    let (lost_first, recoverable): (Vec<_>, Vec<_>) =
+        c.missing.iter().partition(|m| !m.recoverable);
+    let named = lost_first.into_iter().chain(recoverable).take(MAX_NAMED_MISSING);
+    RemoteInfo {
+        remote_state: Some(state),
+        remote_missing_objects: c.missing.len() as u64,
+        remote_lost_objects: lost as u64,
+        remote_missing: named
+            .map(|m| RemoteMissingObject { key: m.key.clone(), recoverable: m.recoverable })
+            .collect(),
     }
 }
 
@@ -123,6 +149,7 @@ fn broken_timeline_info(
         last_record_lsn: Lsn(0),
         disk_consistent_lsn: Lsn(0),
         remote_consistent_lsn: None,
+        remote: RemoteInfo::default(),
         pg_version: 0,
         initial_lsn: Lsn(0),
         in_memory_layers: 0,

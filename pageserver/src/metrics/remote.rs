@@ -1,5 +1,5 @@
 //! Remote storage metrics: transfers, the upload queue, remote
-//! consistency and objects found missing, on-demand downloads and evictions.
+//! consistency and objects found missing (or lost), on-demand downloads and evictions.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -85,6 +85,24 @@ pub static MISSING_OBJECTS_FOUND: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("register metric")
 });
 
+pub static LOST_OBJECTS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "pageserver_remote_lost_objects",
+        "Objects an uploaded index lists that remote storage lacks and that are not on local disk \
+         either (evicted before the loss): they cannot be uploaded again, and remote_consistent_lsn \
+         stays until an index no longer lists them (all timelines)"
+    )
+    .expect("register metric")
+});
+
+pub static LIST_REQUESTS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "pageserver_remote_list_requests_total",
+        "LIST requests sent to remote storage (listings of a prefix, whether they succeeded or not)"
+    )
+    .expect("register metric")
+});
+
 pub static EVICTIONS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "pageserver_layer_evictions_total",
@@ -141,6 +159,8 @@ pub fn register() {
     LazyLock::force(&REMOTE_CONSISTENT_LSN);
     LazyLock::force(&MISSING_OBJECTS);
     LazyLock::force(&MISSING_OBJECTS_FOUND);
+    LazyLock::force(&LOST_OBJECTS);
+    LazyLock::force(&LIST_REQUESTS);
     LazyLock::force(&EVICTIONS);
     LazyLock::force(&RESIDENT_BYTES);
 }

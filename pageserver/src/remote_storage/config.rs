@@ -13,9 +13,10 @@
 //! `concurrency` (transfers in flight per pageserver), `upload_queue_size`
 //! (bytes of layer files a timeline may have waiting for upload before its
 //! flushes wait), `deletion_delay` (how long replaced objects stay),
-//! `timeout` (one request) and `retry_max_backoff` (the longest wait
+//! `timeout` (one request), `retry_max_backoff` (the longest wait
 //! between two tries of a tenant's start-up steps while the store cannot
-//! be reached).
+//! be reached) and `check_period` (how often an idle timeline lists its
+//! objects to check that its uploaded index is still complete).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub struct RemoteStorageToml {
     pub timeout: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub retry_max_backoff: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub check_period: Option<Duration>,
 }
 
 /// Where the objects are.
@@ -63,6 +66,9 @@ pub struct RemoteStorageConfig {
     /// after `RETRY_FIRST_BACKOFF` (or this, if shorter), doubling up to
     /// this.
     pub retry_max_backoff: Duration,
+    /// How often an idle upload task lists its timeline's objects to check
+    /// the last index uploaded (`tenant/remote_timeline/upload.rs`); > 0.
+    pub check_period: Duration,
 }
 
 pub const DEFAULT_CONCURRENCY: usize = 8;
@@ -70,6 +76,7 @@ pub const DEFAULT_UPLOAD_QUEUE_BYTES: u64 = 1 << 30;
 pub const DEFAULT_DELETION_DELAY: Duration = Duration::from_secs(60);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_RETRY_MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub const DEFAULT_CHECK_PERIOD: Duration = Duration::from_secs(300);
 /// The first wait before a tenant's load is tried again.
 pub const RETRY_FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -134,6 +141,10 @@ impl RemoteStorageToml {
         if retry_max_backoff.is_zero() {
             return Err("retry_max_backoff must be above 0".into());
         }
+        let check_period = self.check_period.unwrap_or(DEFAULT_CHECK_PERIOD);
+        if check_period.is_zero() {
+            return Err("check_period must be above 0".into());
+        }
         Ok(RemoteStorageConfig {
             kind,
             prefix,
@@ -142,6 +153,7 @@ impl RemoteStorageToml {
             deletion_delay: self.deletion_delay.unwrap_or(DEFAULT_DELETION_DELAY),
             timeout,
             retry_max_backoff,
+            check_period,
         })
     }
 }
@@ -169,6 +181,9 @@ mod tests {
         assert_eq!(c.retry_max_backoff, DEFAULT_RETRY_MAX_BACKOFF);
         let c = parse("local_path = '/tmp/x'\nretry_max_backoff = '500ms'").unwrap();
         assert_eq!(c.retry_max_backoff, Duration::from_millis(500));
+        assert_eq!(c.check_period, DEFAULT_CHECK_PERIOD);
+        let c = parse("local_path = '/tmp/x'\ncheck_period = '200ms'").unwrap();
+        assert_eq!(c.check_period, Duration::from_millis(200));
     }
 
     #[test]
@@ -180,6 +195,8 @@ mod tests {
         assert!(parse("bucket = 'b'\nconcurrency = 0").unwrap_err().contains("concurrency"));
         let e = parse("bucket = 'b'\nretry_max_backoff = '0s'").unwrap_err();
         assert!(e.contains("retry_max_backoff"), "{e}");
+        let e = parse("bucket = 'b'\ncheck_period = '0s'").unwrap_err();
+        assert!(e.contains("check_period must be above 0"), "{e}");
         // Credentials are never read from the file.
         let e = parse("bucket = 'b'\naccess_key_id = 'x'").unwrap_err();
         assert!(e.contains("access_key_id"), "{e}");

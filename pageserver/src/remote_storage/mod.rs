@@ -17,6 +17,7 @@
 pub mod config;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,6 +99,9 @@ pub struct RemoteStorage {
     /// "s3 bucket B at E" or "local directory D": what errors name.
     describe: String,
     transfers: Semaphore,
+    /// LIST requests sent (`list`, `list_dirs`), also counted in
+    /// `pageserver_remote_list_requests_total`.
+    list_requests: AtomicU64,
 }
 
 impl std::fmt::Debug for RemoteStorage {
@@ -148,7 +152,8 @@ impl RemoteStorage {
             }
         };
         let transfers = Semaphore::new(conf.concurrency);
-        Ok(RemoteStorage { store, conf, describe, transfers })
+        let list_requests = AtomicU64::new(0);
+        Ok(RemoteStorage { store, conf, describe, transfers, list_requests })
     }
 
     pub fn conf(&self) -> &RemoteStorageConfig {
@@ -157,6 +162,16 @@ impl RemoteStorage {
 
     pub fn describe(&self) -> &str {
         &self.describe
+    }
+
+    /// LIST requests this store sent so far.
+    pub fn list_requests(&self) -> u64 {
+        self.list_requests.load(Ordering::Relaxed)
+    }
+
+    fn count_list(&self) {
+        self.list_requests.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::remote::LIST_REQUESTS.inc();
     }
 
     fn path(&self, key: &str) -> ObjectPath {
@@ -253,6 +268,7 @@ impl RemoteStorage {
     /// Every object whose key starts with `prefix/` (recursively).
     pub async fn list(&self, prefix: &str) -> Result<Vec<ListedObject>, RemoteError> {
         let path = self.path(prefix);
+        self.count_list();
         let listing = self.store.list(Some(&path)).try_collect::<Vec<_>>();
         let metas = self.timed("list", prefix, listing).await?;
         let objects = metas
@@ -264,6 +280,7 @@ impl RemoteStorage {
     /// The names of the "directories" directly under `prefix/`.
     pub async fn list_dirs(&self, prefix: &str) -> Result<Vec<String>, RemoteError> {
         let path = self.path(prefix);
+        self.count_list();
         let res = self.timed("list", prefix, self.store.list_with_delimiter(Some(&path))).await?;
         let names = res.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_string));
         Ok(names.collect())

@@ -2,17 +2,18 @@
 //! storage (`PUT /v1/tenant/{id}/location_config`).
 //!
 //! - **Attach** (`AttachedSingle`, generation N), tenant not here: claim N
-//!   (refused when a newer generation is claimed), download per remote
-//!   timeline the newest index at or below N, list the timeline's objects
-//!   and refuse the attach (409, naming them) if the index lists objects
-//!   the store does not have (one of another size is left to the
+//!   (refused when a newer generation is claimed), list per remote
+//!   timeline its objects once, download the newest index at or below N
+//!   that listing shows, and refuse the attach (`RemoteIncomplete`, 503,
+//!   naming them) if the index lists objects that listing lacks
+//!   (one of another size is left to the
 //!   download's size and CRC-32C check, which names it) (a lost bucket: the tenant would answer
 //!   "not found" to reads; the pageserver that uploaded them may still
 //!   have them and upload them again), build the tenant directory as
 //!   `<id>.___temp` (`tenant.json`, per timeline `metadata` from the index
 //!   and `wal_source.json` when it has one, its commit-time segments,
 //!   downloaded and checked: a damaged one refuses the attach (409, naming
-//!   the object) as a missing one does), fsync, rename into place, fsync
+//!   the object)), fsync, rename into place, fsync
 //!   the parent, then load it: its layers are remote-only and downloaded
 //!   when read, and a background prefetch downloads them all
 //!   (`tenant/prefetch.rs`). Loading a timeline makes its manifest the
@@ -53,13 +54,13 @@ use utils::lsn::Lsn;
 
 use super::TenantManager;
 use crate::metrics::storage as metrics;
-use crate::remote_storage::RemoteStorage;
+use crate::remote_storage::{ListedObject, RemoteStorage};
 use crate::tenant::attachment::TenantFile;
 use crate::tenant::remote_timeline::commit_times;
 use crate::tenant::remote_timeline::index_part::IndexPart;
 use crate::tenant::remote_timeline::{
-    check_index_objects, claim_generation, download_newest_index, list_timelines, name_objects,
-    ClaimError, Generation, SizeCheck,
+    claim_generation, download_newest_index_listed, list_timelines, missing_objects, ClaimError,
+    Generation, SizeCheck,
 };
 use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline};
 
@@ -67,6 +68,8 @@ use crate::tenant::{prefetch, remove_dir_durably, Tenant, TenantError, Timeline}
 pub const DETACH_UPLOAD_TIMEOUT: Duration = Duration::from_secs(60);
 /// Index downloads of one attach in flight at once.
 const ATTACH_INDEX_DOWNLOADS: usize = 8;
+/// Most missing objects a refused attach names.
+const MAX_NAMED: usize = 10;
 
 /// Where a tenant should be, as `location_config` asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +102,24 @@ pub enum LocationError {
     /// the message names both sides.
     #[error("{0}")]
     Conflict(String),
+    /// Attach: the remote indexes list objects the store does not have
+    /// (`missing`: up to `MAX_NAMED` of their keys, sorted; `more`: how many
+    /// beyond those); nothing was created here.
+    #[error(
+        "tenant {tenant} is not attached: {} objects its remote indexes list are missing from \
+         {store} ({}{}); the pageserver that uploaded them may still have them and upload them \
+         again",
+        missing.len() + more,
+        missing.join(", "),
+        if *more > 0 { format!(" and {more} more") } else { String::new() }
+    )]
+    RemoteIncomplete {
+        tenant: TenantId,
+        /// The store, as `RemoteStorage::describe` names it.
+        store: String,
+        missing: Vec<String>,
+        more: usize,
+    },
     /// Detach: uploads did not finish in time; the tenant stays attached.
     #[error(
         "tenant {tenant} stays attached: timeline {tenant}/{timeline} is flushed up to \
@@ -186,10 +207,10 @@ impl TenantManager {
         generation: Generation,
     ) -> Result<Arc<Tenant>, LocationError> {
         claim(rs, id, generation).await?;
-        let indexes = download_indexes(rs, id, generation).await?;
-        refuse_incomplete(rs, id, &indexes).await?;
+        let (indexes, listings) = download_indexes(rs, id, generation).await?;
+        refuse_incomplete(rs, id, &indexes, &listings)?;
         if let Err(e) = self.build_tenant_dir(rs, id, generation, &indexes).await {
-            // A damaged object is refused as a missing one is (module comment).
+            // A damaged object refuses the attach (module comment).
             if e.downcast_ref::<commit_times::DamagedSegment>().is_some() {
                 return Err(LocationError::Conflict(format!("tenant {id} is not attached: {e:#}")));
             }
@@ -390,54 +411,56 @@ async fn claim(
 }
 
 /// The newest index at or below `generation` of every remote timeline of
-/// `id`; a timeline without one is left out (logged).
+/// `id`, and the listing of the timeline's objects it was chosen from (one
+/// listing per timeline serves both); a timeline without one is left out
+/// (logged).
 async fn download_indexes(
     rs: &RemoteStorage,
     id: TenantId,
     generation: Generation,
-) -> anyhow::Result<HashMap<TimelineId, IndexPart>> {
+) -> anyhow::Result<(HashMap<TimelineId, IndexPart>, HashMap<TimelineId, Vec<ListedObject>>)> {
     let timelines = list_timelines(rs, id).await.context("list the remote timelines")?;
     let downloads = futures::stream::iter(timelines).map(|tl| async move {
-        let ip = download_newest_index(rs, id, tl, generation)
+        let (ip, listed) = download_newest_index_listed(rs, id, tl, generation)
             .await
             .with_context(|| format!("the index of timeline {id}/{tl}"))?;
         if ip.is_none() {
             warn!("timeline {id}/{tl} has no index at or below generation {generation}: skipped");
         }
-        anyhow::Ok(ip.map(|ip| (tl, ip)))
+        anyhow::Ok(ip.map(|ip| (tl, ip, listed)))
     });
     let found: Vec<_> = downloads.buffer_unordered(ATTACH_INDEX_DOWNLOADS).try_collect().await?;
-    Ok(found.into_iter().flatten().collect())
+    let (mut indexes, mut listings) = (HashMap::new(), HashMap::new());
+    for (tl, ip, listed) in found.into_iter().flatten() {
+        indexes.insert(tl, ip);
+        listings.insert(tl, listed);
+    }
+    Ok((indexes, listings))
 }
 
 /// Refuse the attach if an index lists objects the store lacks (module
-/// comment); the error names them.
-async fn refuse_incomplete(
+/// comment), checked against the listing the index was chosen from; the
+/// error names them.
+fn refuse_incomplete(
     rs: &RemoteStorage,
     id: TenantId,
     indexes: &HashMap<TimelineId, IndexPart>,
+    listings: &HashMap<TimelineId, Vec<ListedObject>>,
 ) -> Result<(), LocationError> {
-    let timelines: Vec<TimelineId> = indexes.keys().copied().collect();
-    let checks = futures::stream::iter(timelines).map(|tl| async move {
-        let missing = check_index_objects(rs, id, tl, &indexes[&tl], SizeCheck::AtDownload)
-            .await
-            .with_context(|| format!("list the objects of timeline {id}/{tl}"))?;
-        anyhow::Ok(missing.into_iter().map(|k| rs.full_key(&k)).collect::<Vec<_>>())
-    });
-    let found: Vec<Vec<String>> =
-        checks.buffer_unordered(ATTACH_INDEX_DOWNLOADS).try_collect().await?;
-    let mut missing: Vec<String> = found.into_iter().flatten().collect();
+    let mut missing = Vec::new();
+    for (tl, ip) in indexes {
+        let listed = listings.get(tl).expect("a listing per index");
+        let keys = missing_objects(id, *tl, ip, listed, SizeCheck::AtDownload);
+        missing.extend(keys.into_iter().map(|k| rs.full_key(&k)));
+    }
     if missing.is_empty() {
         return Ok(());
     }
     missing.sort();
-    Err(LocationError::Conflict(format!(
-        "tenant {id} is not attached: {} objects its remote indexes list are missing from {} ({}); \
-         the pageserver that uploaded them may still have them and upload them again",
-        missing.len(),
-        rs.describe(),
-        name_objects(&missing)
-    )))
+    let more = missing.len().saturating_sub(MAX_NAMED);
+    missing.truncate(MAX_NAMED);
+    let store = rs.describe().to_string();
+    Err(LocationError::RemoteIncomplete { tenant: id, store, missing, more })
 }
 
 /// A timeline's directory as the index describes it: `metadata`, its

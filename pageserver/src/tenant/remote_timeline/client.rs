@@ -6,8 +6,9 @@
 //! holds the `disk_consistent_lsn` of the newest index known to be
 //! complete in the store (it and every layer object it lists were listed
 //! after it was written), and the objects found missing since, which the
-//! upload queue is uploading again. While any are missing the LSN does not
-//! advance and `wait_uploaded` does not return true.
+//! upload queue is uploading again, or, those it has no local copy of,
+//! cannot (lost). While any are missing the LSN does not advance and
+//! `wait_uploaded` does not return true.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -70,18 +71,32 @@ impl UploadTarget {
     }
 }
 
-/// How often the upload task lists the timeline's objects to check that
-/// the last index uploaded is still complete (with nothing else to do).
-pub const CHECK_PERIOD: Duration = Duration::from_secs(300);
-
 /// What remote storage is known to have of the timeline.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RemoteConsistency {
     /// `disk_consistent_lsn` of the newest index known to be complete.
     pub lsn: Option<Lsn>,
-    /// Objects (keys with the prefix) an uploaded index lists that the
-    /// store was found to lack, not uploaded again yet.
-    pub missing: Vec<String>,
+    /// Objects an uploaded index lists that the store was found to lack,
+    /// not uploaded again yet, in the order of the index.
+    pub missing: Vec<MissingObject>,
+}
+
+impl RemoteConsistency {
+    /// The missing objects that cannot be uploaded again from here.
+    pub fn lost(&self) -> impl Iterator<Item = &MissingObject> {
+        self.missing.iter().filter(|m| !m.recoverable)
+    }
+}
+
+/// An object an uploaded index lists that the store lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingObject {
+    /// Its key, with the store's prefix.
+    pub key: String,
+    /// Its content is here (a local layer file, a commit-time segment) and
+    /// is being uploaded again; otherwise it is lost: neither on local disk
+    /// nor in the store (a layer evicted before the loss).
+    pub recoverable: bool,
 }
 
 /// Attempts of one layer download (a corrupt or failed transfer is tried
@@ -123,8 +138,12 @@ pub struct RemoteTimelineClient {
     /// wakes the upload task for it.
     pub(super) check_requested: AtomicBool,
     pub(super) check_wake: Notify,
-    /// How often the upload task checks the last index (`CHECK_PERIOD`).
+    /// How often the upload task checks the last index
+    /// (`remote_storage.check_period`).
     pub(super) check_period: Duration,
+    /// The lost objects last logged, so that a loss is logged once, not at
+    /// every retry (`upload.rs`).
+    pub(super) lost_logged: Mutex<Vec<String>>,
 }
 
 impl RemoteTimelineClient {
@@ -148,7 +167,6 @@ impl RemoteTimelineClient {
             tenant_id: ids.0,
             timeline_id: ids.1,
             generation,
-            storage,
             engine,
             dir,
             uploaded: Mutex::new(uploaded),
@@ -164,15 +182,10 @@ impl RemoteTimelineClient {
             remote_consistent: watch::Sender::new(remote_consistent),
             check_requested: AtomicBool::new(false),
             check_wake: Notify::new(),
-            check_period: CHECK_PERIOD,
+            check_period: storage.conf().check_period,
+            lost_logged: Mutex::new(Vec::new()),
+            storage,
         }
-    }
-
-    /// The same client checking every `period` (tests).
-    #[cfg(test)]
-    pub fn with_check_period(mut self, period: Duration) -> RemoteTimelineClient {
-        self.check_period = period;
-        self
     }
 
     pub(super) fn dir(&self) -> &Path {
@@ -213,17 +226,22 @@ impl RemoteTimelineClient {
         self.remote_consistent.send_modify(|s| {
             s.lsn = Some(s.lsn.map_or(lsn, |old| old.max(lsn)));
             metrics::MISSING_OBJECTS.sub(s.missing.len() as i64);
+            metrics::LOST_OBJECTS.sub(s.lost().count() as i64);
             s.missing.clear();
         });
+        self.lost_logged.lock().unwrap().clear();
     }
 
-    /// `keys` were found missing from the store: `remote_consistent_lsn`
-    /// stays where it is until they are uploaded again.
-    pub(super) fn set_missing(&self, keys: Vec<String>) {
-        metrics::MISSING_OBJECTS_FOUND.inc_by(keys.len() as u64);
+    /// `objects` were found missing from the store: `remote_consistent_lsn`
+    /// stays where it is until they are uploaded again (or, lost ones, an
+    /// index no longer lists them).
+    pub(super) fn set_missing(&self, objects: Vec<MissingObject>) {
+        metrics::MISSING_OBJECTS_FOUND.inc_by(objects.len() as u64);
+        let lost = objects.iter().filter(|m| !m.recoverable).count() as i64;
         self.remote_consistent.send_modify(|s| {
-            metrics::MISSING_OBJECTS.add(keys.len() as i64 - s.missing.len() as i64);
-            s.missing = keys;
+            metrics::MISSING_OBJECTS.add(objects.len() as i64 - s.missing.len() as i64);
+            metrics::LOST_OBJECTS.add(lost - s.lost().count() as i64);
+            s.missing = objects;
         });
     }
 
@@ -354,6 +372,8 @@ impl RemoteTimelineClient {
 impl Drop for RemoteTimelineClient {
     fn drop(&mut self) {
         metrics::UPLOAD_QUEUE_BYTES.sub(*self.pending_bytes.get_mut() as i64);
-        metrics::MISSING_OBJECTS.sub(self.remote_consistent.borrow().missing.len() as i64);
+        let state = self.remote_consistent.borrow();
+        metrics::MISSING_OBJECTS.sub(state.missing.len() as i64);
+        metrics::LOST_OBJECTS.sub(state.lost().count() as i64);
     }
 }

@@ -32,13 +32,17 @@
 //! ([`missing_objects`]). A loss found then, by a periodic listing, or by a
 //! 404 on a download, makes the upload queue forget the lost objects and
 //! upload them again from the local layer files before the next index
-//! (`upload.rs`); a lost generation claim is written again. An attach
+//! (`upload.rs`); a lost generation claim is written again. A lost layer
+//! that is not on local disk either cannot be uploaded again: it is shown
+//! as lost and `remote_consistent_lsn` stays until an index no longer
+//! lists it (`lost.rs`). An attach
 //! refuses an index that lists objects the store does not have, naming
 //! them (`tenant/mgr/attach.rs`), before anything is built locally.
 
 pub mod client;
 pub mod commit_times;
 pub mod index_part;
+mod lost;
 mod upload;
 mod upload_segments;
 
@@ -193,6 +197,19 @@ pub async fn download_newest_index(
     timeline: TimelineId,
     at_most: Generation,
 ) -> anyhow::Result<Option<IndexPart>> {
+    Ok(download_newest_index_listed(rs, tenant, timeline, at_most).await?.0)
+}
+
+/// [`download_newest_index`], and the listing of the timeline's prefix it
+/// chose the index from (taken before the index was read, so it holds
+/// every object uploaded before that index), for [`missing_objects`]
+/// without a second listing.
+pub async fn download_newest_index_listed(
+    rs: &RemoteStorage,
+    tenant: TenantId,
+    timeline: TimelineId,
+    at_most: Generation,
+) -> anyhow::Result<(Option<IndexPart>, Vec<ListedObject>)> {
     let listed = rs.list(&timeline_prefix(tenant, timeline)).await?;
     let newest = listed
         .iter()
@@ -201,7 +218,7 @@ pub async fn download_newest_index(
             _ => None,
         })
         .max();
-    let Some(generation) = newest else { return Ok(None) };
+    let Some(generation) = newest else { return Ok((None, listed)) };
     let key = index_key(tenant, timeline, generation);
     let bytes = rs.get(&key).await?;
     let ip = IndexPart::from_json(&bytes).map_err(|e| e.context(format!("object {key}")))?;
@@ -210,7 +227,7 @@ pub async fn download_newest_index(
         "object {key} says it was written by generation {}",
         ip.generation
     );
-    Ok(Some(ip))
+    Ok((Some(ip), listed))
 }
 
 /// Whether an object of another size than the index records counts as
@@ -303,3 +320,6 @@ mod tests;
 
 #[cfg(test)]
 mod upload_tests;
+
+#[cfg(test)]
+mod lost_tests;

@@ -26,13 +26,16 @@
 //! capped backoff (0.1 s doubling to 10 s), forever: nothing is dropped.
 //!
 //! With nothing to upload, the task lists the timeline's objects every
-//! `CHECK_PERIOD` (and at once when a download got a 404) and checks the
-//! last index the same way; a loss makes the newest target due again.
-//! A lost layer that is not on local disk (evicted, or never downloaded
-//! after an attach) cannot be restored from here: it stays known as
-//! uploaded (a download names the object), the index check fails naming
-//! it, retried, and `remote_consistent_lsn` stays where it is. Eviction only evicts layers
-//! known to be uploaded, so a layer forgotten as uploaded stays local.
+//! `remote_storage.check_period` (and at once when a download got a 404)
+//! and checks the last index the same way; a loss makes the newest target
+//! due again. A lost layer that is not on local disk (evicted, or never
+//! downloaded after an attach) cannot be restored from here (`lost.rs`):
+//! it stays known as uploaded (a download names the object), it is logged
+//! once and shown as lost (timeline detail, `pageserver_remote_lost_objects`),
+//! the index is retried every `check_period` (or at the next flush), and
+//! `remote_consistent_lsn` stays where it is until an index no longer
+//! lists it. Eviction only evicts layers known to be uploaded, so a layer
+//! forgotten as uploaded stays local.
 //!
 //! Backpressure: `pending_bytes` is the size of the target's layers not
 //! yet uploaded. A flush waits (`wait_for_queue_space`) while it is above
@@ -51,8 +54,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use utils::lsn::Lsn;
 
-use super::client::{RemoteTimelineClient, UploadTarget};
+use super::client::{MissingObject, RemoteTimelineClient, UploadTarget};
 use super::index_part::{IndexLayer, IndexPart};
+use super::lost::OnlyLost;
 use super::{
     check_index_objects, index_key, name_objects, newest_generation, restore_claim, Generation,
     SizeCheck,
@@ -103,6 +107,8 @@ impl RemoteTimelineClient {
                     let check = next_check.saturating_duration_since(Instant::now());
                     Some(self.until_next_deletion().map_or(check, |d| d.min(check)))
                 }
+                // Logged once (`lost.rs`); retrying soon cannot help.
+                Err(e) if e.is::<OnlyLost>() => Some(self.check_period),
                 Err(e) => {
                     metrics::OPERATION_ERRORS.with_label_values(&["upload"]).inc();
                     if cancel.is_cancelled() {
@@ -243,7 +249,11 @@ impl RemoteTimelineClient {
             .await
             .context("list the objects after uploading the index")?;
         if !missing.is_empty() {
-            self.forget_missing(&index, &missing).await?;
+            let objects = self.forget_missing(&index, &missing).await?;
+            if objects.iter().all(|m| !m.recoverable) {
+                let lost = objects.into_iter().map(|m| m.key).collect();
+                return Err(OnlyLost { remote_lsn: self.remote_consistent_lsn(), lost }.into());
+            }
             anyhow::bail!(
                 "remote_consistent_lsn stays at {}: {} objects index {} lists are missing from \
                  {} ({}); uploading them again",
@@ -290,45 +300,53 @@ impl RemoteTimelineClient {
         if missing.is_empty() {
             return Ok(false);
         }
-        warn!(
-            "timeline {t}/{tl}: {} objects the uploaded index lists are missing from {} ({}); \
-             uploading them again",
-            missing.len(),
-            self.storage().describe(),
-            name_objects(&missing)
-        );
-        self.forget_missing(&index, &missing).await?;
+        let objects = self.forget_missing(&index, &missing).await?;
+        let recoverable: Vec<String> =
+            objects.into_iter().filter(|m| m.recoverable).map(|m| m.key).collect();
+        if !recoverable.is_empty() {
+            warn!(
+                "timeline {t}/{tl}: {} objects the uploaded index lists are missing from {} ({}); \
+                 uploading them again",
+                recoverable.len(),
+                self.storage().describe(),
+                name_objects(&recoverable)
+            );
+        }
         self.uploaded_seq.store(0, Ordering::Release);
         Ok(self.current_target().is_some())
     }
 
     /// `missing` (keys of objects `index` lists) are not in the store:
     /// record them (`remote_consistent_lsn` stays), forget the layers on
-    /// local disk as uploaded so the next target uploads them again, and write the
-    /// generation claim again if the store lost it too.
-    async fn forget_missing(&self, index: &IndexPart, missing: &[String]) -> anyhow::Result<()> {
+    /// local disk as uploaded so the next target uploads them again, log
+    /// the lost ones once (`lost.rs`), and write the generation claim again
+    /// if the store lost it too. Returns them, classified.
+    async fn forget_missing(
+        &self,
+        index: &IndexPart,
+        missing: &[String],
+    ) -> anyhow::Result<Vec<MissingObject>> {
         // Only layers on local disk can be uploaded again; one that is not
-        // stays known (its download names the object) and missing.
-        let mut local = Vec::new();
-        for (name, l) in &index.layers {
-            let key = self.object_key(name, l.generation);
-            if missing.contains(&key) && self.engine().exists(&self.dir().join(name)).await? {
-                local.push((name, l.generation));
-            }
-        }
+        // stays known (its download names the object) and lost.
+        let objects = self.classify_missing(index, missing).await?;
         {
+            let recoverable: std::collections::HashSet<&str> =
+                objects.iter().filter(|m| m.recoverable).map(|m| m.key.as_str()).collect();
             let mut uploaded = self.uploaded.lock().unwrap();
-            for (name, generation) in local {
-                if uploaded.get(name).is_some_and(|u| u.generation == generation) {
+            for (name, l) in &index.layers {
+                let key = self.storage().full_key(&self.object_key(name, l.generation));
+                let local = recoverable.contains(key.as_str());
+                if local && uploaded.get(name).is_some_and(|u| u.generation == l.generation) {
                     uploaded.remove(name);
                 }
             }
         }
         self.forget_missing_segments(index, missing);
         self.update_pending();
-        let full: Vec<String> = missing.iter().map(|k| self.storage().full_key(k)).collect();
-        self.set_missing(full);
-        self.restore_claim_if_lost().await
+        self.log_lost(&objects);
+        self.set_missing(objects.clone());
+        self.restore_claim_if_lost().await?;
+        Ok(objects)
     }
 
     /// Write this generation's claim again if the store lost it.

@@ -18,11 +18,11 @@ use crate::tenant::timeline::compaction::CompactOptions;
 use crate::tenant::value::image;
 use crate::tenant::{Globals, StorageConf, Timeline};
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
-    remote_root: PathBuf,
-    rs: Arc<RemoteStorage>,
-    tl: Arc<Timeline>,
+    pub remote_root: PathBuf,
+    pub rs: Arc<RemoteStorage>,
+    pub tl: Arc<Timeline>,
 }
 
 fn storage(root: &Path, extra: &str) -> Arc<RemoteStorage> {
@@ -32,15 +32,16 @@ fn storage(root: &Path, extra: &str) -> Arc<RemoteStorage> {
 
 /// A new timeline at generation 1 with remote storage (`extra`: more
 /// `remote_storage` keys).
-async fn fixture(extra: &str) -> Fixture {
-    fixture_checking(extra, super::client::CHECK_PERIOD).await
+pub(super) async fn fixture(extra: &str) -> Fixture {
+    fixture_checking(extra, crate::remote_storage::config::DEFAULT_CHECK_PERIOD).await
 }
 
-/// [`fixture`] whose upload task checks the store every `period`.
-async fn fixture_checking(extra: &str, period: Duration) -> Fixture {
+/// [`fixture`] whose upload task checks the store every `period`
+/// (`remote_storage.check_period`).
+pub(super) async fn fixture_checking(extra: &str, period: Duration) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let remote_root = dir.path().join("remote");
-    let rs = storage(&remote_root, extra);
+    let rs = storage(&remote_root, &format!("check_period = '{}ms'\n{extra}", period.as_millis()));
     let mut conf = StorageConf::for_tests(dir.path());
     conf.compaction.compaction_period = Duration::ZERO;
     conf.compaction.pitr_interval = Duration::ZERO; // GC follows `gc_horizon` alone
@@ -53,8 +54,7 @@ async fn fixture_checking(extra: &str, period: Duration) -> Fixture {
     claim_generation(&rs, t, Generation(1)).await.unwrap();
     let engine = conf.io_engine.clone();
     let client =
-        RemoteTimelineClient::new(rs.clone(), engine, (t, id), Generation(1), tl_dir.clone(), None)
-            .with_check_period(period);
+        RemoteTimelineClient::new(rs.clone(), engine, (t, id), Generation(1), tl_dir.clone(), None);
     let globals = Arc::new(Globals::default());
     let cancel = CancellationToken::new();
     let client = Some(Arc::new(client));
@@ -63,7 +63,7 @@ async fn fixture_checking(extra: &str, period: Duration) -> Fixture {
 }
 
 /// Write one value per key of `keys` at `lsn` and flush.
-async fn write_and_flush(tl: &Timeline, keys: std::ops::Range<u32>, lsn: u64) {
+pub(super) async fn write_and_flush(tl: &Timeline, keys: std::ops::Range<u32>, lsn: u64) {
     let mut w = tl.writer().await;
     for k in keys {
         w.put(Key::MIN.add(k), Lsn(lsn), &image(format!("{k}@{lsn}").as_bytes())).await.unwrap();
@@ -85,7 +85,7 @@ async fn layer_objects(rs: &RemoteStorage, tl: &Timeline) -> Vec<String> {
 }
 
 /// The layers the local manifest lists.
-async fn local_layers(tl: &Timeline) -> Vec<String> {
+pub(super) async fn local_layers(tl: &Timeline) -> Vec<String> {
     let decoded = TimelineMetadata::load(&tl.conf().io_engine, tl.dir()).await.unwrap();
     let crate::tenant::metadata::Decoded::Manifest(md) = decoded else { panic!("a v3 manifest") };
     let mut v: Vec<_> = md.layers.into_iter().map(|l| l.name).collect();
@@ -93,7 +93,7 @@ async fn local_layers(tl: &Timeline) -> Vec<String> {
     v
 }
 
-async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+pub(super) async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
     for _ in 0..200 {
         if f().await {
             return;
@@ -233,7 +233,8 @@ async fn a_lost_layer_gone_locally_holds_remote_consistent_lsn() {
     assert_eq!(remote.remote_consistent_lsn(), Some(Lsn(0x30)), "vouched beyond the store");
     assert_eq!(f.tl.durable_lsn(), Lsn(0x30));
     let missing = remote.remote_consistency().missing;
-    assert!(missing.iter().any(|k| k.contains(&first)), "{missing:?} does not name {first}");
+    let lost = missing.iter().find(|m| m.key.contains(&first));
+    assert!(lost.is_some_and(|m| !m.recoverable), "{missing:?} does not name {first} as lost");
     f.tl.shutdown(false, Duration::ZERO).await;
 }
 

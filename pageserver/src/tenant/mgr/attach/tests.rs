@@ -260,8 +260,21 @@ async fn attach_refuses_an_index_listing_missing_objects_naming_them() {
     std::fs::remove_file(&path).unwrap();
 
     let b = pageserver(work_b.path(), Some(&rs)).await;
-    let msg = conflict(b.set_location(id, attached(2), WAIT).await);
-    assert!(msg.contains(&key) && msg.contains("missing"), "{msg}");
+    let lists = rs.list_requests();
+    let refused = b.set_location(id, attached(2), WAIT).await;
+    // The claim's check, the timelines, and the one timeline's objects
+    // once (its newest index is chosen from the same listing).
+    assert_eq!(rs.list_requests() - lists, 3, "LIST requests of a refused attach");
+    let e = match refused {
+        Err(e @ LocationError::RemoteIncomplete { .. }) => e,
+        Err(e) => panic!("expected RemoteIncomplete, got {e}"),
+        Ok(_) => panic!("expected RemoteIncomplete, got success"),
+    };
+    let LocationError::RemoteIncomplete { ref missing, more, .. } = e else { unreachable!() };
+    assert_eq!((missing.len(), more), (1, 0), "{e}");
+    assert!(missing[0].ends_with(&key), "{missing:?} does not name {key}");
+    let msg = e.to_string();
+    assert!(msg.contains(&key) && msg.contains("1 objects") && msg.contains("missing"), "{msg}");
     assert!(matches!(b.get_tenant(id), Err(TenantError::NotFound(_))));
     assert!(!tenant_dir(&work_b, id).exists(), "a refused attach builds nothing");
     // Once the object is back, the same generation attaches and reads.
