@@ -11,14 +11,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use pageserver::import::tar_reader::TarPart;
-use pageserver::import::{import_archives_unfinished, import_basebackup, ImportError};
+use pageserver::import::{import_archives_unfinished, import_basebackup, ImportError, Seed};
 use pageserver::pgdatadir_mapping::{
     collect_keyspace, get_db_size_all_tablespaces, get_rel_pages_batched, get_rel_size,
     get_slru_segment, list_dbs, list_rels, BLCKSZ, RELSEG_SIZE,
 };
 use pageserver::tenant::mgr::TenantManager;
 use pageserver::tenant::ReadKind;
-use pageserver::tenant::{StorageConf, Tenant, TenantError};
+use pageserver::tenant::{StorageConf, Tenant, TenantError, Timeline};
 use pageserver_api::key::Key;
 use pageserver_api::reltag::{RelTag, SlruKind};
 use tokio_util::sync::CancellationToken;
@@ -516,15 +516,10 @@ async fn crash_during_import_leaves_nothing_after_restart() {
     assert!(dir_exists(&env.timelines_dir().join(id.to_string())));
 }
 
-/// A `BASE_BACKUP` with tablespace 16450 (a relation of database 5, and
-/// database 16600 entirely): its archive first, then base.tar with the
-/// `pg_tblspc/16450` symlink, in one stream of parts (chunks of 1000 bytes:
-/// entries straddle them). The relations get spcOid 16450, the tablespace
-/// is recorded (database 0), DbSize sums every tablespace.
-#[tokio::test]
-async fn imports_the_archives_of_a_base_backup_with_a_tablespace() {
-    let env = env().await;
-    let ts = build_tar(&[
+/// Tablespace 16450's archive: a relation of database 5, and database
+/// 16600 entirely.
+fn tablespace_tar() -> Vec<u8> {
+    build_tar(&[
         E::Dir("PG_15_202209061"),
         E::Dir("PG_15_202209061/5"),
         E::File("PG_15_202209061/5/16500", pages(16500, 0, 4)),
@@ -532,32 +527,131 @@ async fn imports_the_archives_of_a_base_backup_with_a_tablespace() {
         E::File("PG_15_202209061/16600/PG_VERSION", b"15\n".to_vec()),
         E::File("PG_15_202209061/16600/pg_filenode.map", vec![0x06; 512]),
         E::File("PG_15_202209061/16600/1259", pages(1259, 0, 2)),
-    ]);
+    ])
+}
+
+/// A `BASE_BACKUP` with tablespace 16450: its archive first, then base.tar
+/// with the `pg_tblspc/16450` symlink, in one stream of parts (chunks of
+/// 1000 bytes: entries straddle them).
+fn base_backup_parts() -> impl Stream<Item = Result<TarPart, io::Error>> + Send + Unpin {
     let mut main = small_backup(true);
     main.insert(5, E::Symlink("pg_tblspc/16450", "/srv/ts"));
     let mut parts = vec![TarPart::Archive { prefix: "pg_tblspc/16450/".into() }];
-    for (prefix, tar) in [("pg_tblspc/16450/", ts), ("", build_tar(&main))] {
+    for (prefix, tar) in [("pg_tblspc/16450/", tablespace_tar()), ("", build_tar(&main))] {
         if prefix.is_empty() {
             parts.push(TarPart::Archive { prefix: String::new() });
         }
         parts.extend(tar.chunks(1000).map(|c| TarPart::Data(Bytes::copy_from_slice(c))));
     }
-    let stream = futures::stream::iter(parts.into_iter().map(Ok::<_, io::Error>));
-    let id = TimelineId::generate();
-    let uninit = import_archives_unfinished(env.tenant.clone(), id, stream, None).await.unwrap();
-    let tl = uninit.finish().await.unwrap();
-    let dbs = list_dbs(&tl, ReadKind::HttpRequest, START).await.unwrap();
+    futures::stream::iter(parts.into_iter().map(Ok::<_, io::Error>))
+}
+
+/// The relations got spcOid 16450, the tablespace is recorded (database
+/// 0), DbSize sums every tablespace.
+async fn check_tablespace_16450(tl: &Timeline) {
+    let dbs = list_dbs(tl, ReadKind::HttpRequest, START).await.unwrap();
     let spcs: Vec<(u32, u32)> = dbs.iter().map(|(k, _)| *k).filter(|k| k.0 == 16450).collect();
     assert_eq!(spcs, [(16450, 0), (16450, 5), (16450, 16600)]);
     let rel = RelTag::new(16450, 5, 16500, 0);
-    assert_eq!(get_rel_size(&tl, ReadKind::HttpRequest, rel, START).await.unwrap(), 4);
-    let out = get_rel_pages_batched(&tl, ReadKind::HttpRequest, &[(rel, 3, START)]).await.unwrap();
+    assert_eq!(get_rel_size(tl, ReadKind::HttpRequest, rel, START).await.unwrap(), 4);
+    let out = get_rel_pages_batched(tl, ReadKind::HttpRequest, &[(rel, 3, START)]).await.unwrap();
     assert_eq!(&out[0].as_ref().unwrap()[..], &page(16500, 3)[..]);
-    let size = |db| get_db_size_all_tablespaces(&tl, ReadKind::HttpRequest, db, START);
+    let size = |db| get_db_size_all_tablespaces(tl, ReadKind::HttpRequest, db, START);
     // base/5: 16384 (5 + 3 fsm + 1 vm), 16390_init (1); ts: 16500 (4).
     assert_eq!(size(5).await.unwrap(), 14 * BLCKSZ as u64);
     assert_eq!(size(16600).await.unwrap(), 2 * BLCKSZ as u64);
     assert!(size(0).await.is_err() && size(7).await.is_err());
+}
+
+/// Unseeded (the tablespace's entries are spilled until backup_label and
+/// PG_VERSION), and seeded as the bootstrap does (imported as they come).
+#[tokio::test]
+async fn imports_the_archives_of_a_base_backup_with_a_tablespace() {
+    let env = env().await;
+    let seed = Seed { start_lsn: START, pg_version: 15 };
+    for seed in [None, Some(seed)] {
+        let id = TimelineId::generate();
+        let parts = base_backup_parts();
+        let uninit = import_archives_unfinished(env.tenant.clone(), id, parts, None, seed);
+        let tl = uninit.await.unwrap().finish().await.unwrap();
+        check_tablespace_16450(&tl).await;
+    }
+}
+
+/// A seed that backup_label or PG_VERSION contradict fails, naming both.
+/// (For the version, base.tar alone: a tablespace's relmap read as the
+/// seed's major would fail first, for its size.)
+#[tokio::test]
+async fn a_seed_must_agree_with_the_backup() {
+    let env = env().await;
+    let base_only = || {
+        let tar = build_tar(&small_backup(false));
+        let parts: Vec<Result<TarPart, io::Error>> =
+            tar.chunks(1000).map(|c| Ok(TarPart::Data(Bytes::copy_from_slice(c)))).collect();
+        futures::stream::iter(parts)
+    };
+    let lsn_seed = Seed { start_lsn: Lsn(0x4000028), pg_version: 15 };
+    let lsn_msg =
+        "backup_label says START WAL LOCATION 0/3000028, but the base backup began at 0/4000028";
+    let id = TimelineId::generate();
+    let res = import_archives_unfinished(
+        env.tenant.clone(),
+        id,
+        base_backup_parts(),
+        None,
+        Some(lsn_seed),
+    )
+    .await;
+    expect_seed_error(res, lsn_msg);
+    let version_seed = Seed { start_lsn: START, pg_version: 16 };
+    let version_msg = "PG_VERSION says 15, but the server runs PostgreSQL 16";
+    let res =
+        import_archives_unfinished(env.tenant.clone(), id, base_only(), None, Some(version_seed))
+            .await;
+    expect_seed_error(res, version_msg);
+    env.assert_no_leftovers();
+}
+
+fn expect_seed_error<T>(res: Result<T, ImportError>, needle: &str) {
+    match res {
+        Err(ImportError::BadTar(m)) => assert!(m.contains(needle), "{m}"),
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("imported despite the seed: expected {needle}"),
+    }
+}
+
+/// The output directory of `pg_basebackup -Ft` as one tar: base.tar (with
+/// `tablespace_map` naming 16450), 16450.tar, backup_manifest, pg_wal.tar.
+fn ft_directory(map: &str, with_tablespace: bool) -> Vec<u8> {
+    let mut main = small_backup(true);
+    main[1] = E::File("tablespace_map", map.as_bytes().to_vec());
+    let mut outer = vec![E::Dir(".")];
+    if with_tablespace {
+        outer.push(E::File("16450.tar", tablespace_tar()));
+    }
+    outer.extend([
+        E::File("backup_manifest", b"{}\n".to_vec()),
+        E::File("base.tar", build_tar(&main)),
+        E::File("pg_wal.tar", build_tar(&[E::File("000000010000000000000003", vec![0; 1000])])),
+    ]);
+    build_tar(&outer)
+}
+
+#[tokio::test]
+async fn imports_a_pg_basebackup_ft_directory() {
+    let env = env().await;
+    let body = ft_directory("16450 /srv/ts\n", true);
+    let tl = import_basebackup(env.tenant.clone(), TimelineId::generate(), stream_of(body, 3000))
+        .await
+        .unwrap();
+    check_tablespace_16450(&tl).await;
+    // A tablespace_map line without its archive, or base.tar alone.
+    let needle = "tablespace_map names tablespace 16451 at '/srv/ts2': that tablespace's files (16451.tar) are missing";
+    expect_bad(&env, ft_directory("16450 /srv/ts\n16451 /srv/ts2\n", true), needle).await;
+    let mut alone = small_backup(false);
+    alone[1] = E::File("tablespace_map", b"16450 /srv/ts\n".to_vec());
+    expect_bad(&env, build_tar(&alone), "send the whole pg_basebackup -Ft directory as one tar")
+        .await;
 }
 
 fn dir_exists(p: &Path) -> bool {

@@ -327,7 +327,8 @@ pub async fn keyspace(
 }
 
 /// `PUT .../import_basebackup`: the body is a `pg_basebackup -Ft -X none`
-/// tar, streamed into a new timeline `{timeline_id}`. Returns once durable.
+/// tar, or the whole `-Ft` directory as one tar (`import::nested`),
+/// streamed into a new timeline `{timeline_id}`. Returns once durable.
 /// A failure says what happened: the tenant was deleted meanwhile (409), the
 /// body stopped (400, or 408 after `http_body_read_timeout`), the daemon is
 /// shutting down (503).

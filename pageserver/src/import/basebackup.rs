@@ -5,7 +5,12 @@
 //!    LOCATION`) and the major version (`PG_VERSION`) are known. Data
 //!    entries seen before that go to a spill file (`spill`); with
 //!    `pg_basebackup` tars `backup_label` is the first entry and `PG_VERSION`
-//!    usually comes before `base/`, so the spill is usually empty.
+//!    usually comes before `base/`, so the spill is usually empty. A caller
+//!    that knows both already passes them as a [`Seed`] (the bootstrap: the
+//!    `BASE_BACKUP` response's start LSN, the server's major; its tablespace
+//!    archives come before `base.tar`): phase 2 starts at once, nothing is
+//!    spilled, and `backup_label` and `PG_VERSION` must agree with the seed
+//!    when they arrive, and must arrive.
 //! 2. Create the timeline with `begin_timeline_creation(initial_lsn =
 //!    backup LSN - 1)` — the timeline writer accepts only LSNs above
 //!    `last_record_lsn`, which starts at `initial_lsn` — replay the spill,
@@ -24,33 +29,30 @@
 //!
 //! Any error drops the `UninitializedTimeline`, which removes its directory.
 
-use std::collections::HashSet;
 use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
 use bytes::Bytes;
-use futures::{Stream, TryStreamExt};
+use futures::Stream;
 use tracing::{debug, info};
 use utils::id::TimelineId;
 use utils::lsn::Lsn;
 
-use super::pg_files::{
-    classify, parse_backup_label, parse_control, parse_pg_version, BackupLabel, PgFile,
-    SUPPORTED_VERSIONS,
-};
+use super::nested::body_parts;
+use super::pg_files::{classify, parse_control, PgFile};
+pub use super::preamble::Seed;
+use super::preamble::{classify_entry, Preamble, SMALL_FILE_LIMIT};
 use super::rel_images::RelImages;
 use super::spill::{SpillReader, SpillWriter};
-use super::tar_reader::{Entry, EntryKind, EntryObserver, TarPart, TarReader};
+use super::tablespaces::check_tablespace_links;
+use super::tar_reader::{EntryKind, EntryObserver, TarPart, TarReader};
 use super::ImportError;
 use crate::pgdatadir_mapping::{DatadirModification, BLCKSZ, RELSEG_SIZE, SLRU_PAGES_PER_SEGMENT};
 use crate::tenant::storage_layer::layer_file::LayerFile;
 use crate::tenant::{Tenant, TenantError, Timeline, UninitializedTimeline};
 
-/// Largest `backup_label`, `PG_VERSION`, `pg_control` or two-phase file read
-/// into memory.
-const SMALL_FILE_LIMIT: u64 = 8 * 1024 * 1024;
 /// `RELMAPPER_FILESIZE`: 512 bytes in PostgreSQL 15, 524 from 16 on.
 fn relmap_file_size(pg_version: u32) -> u64 {
     if pg_version <= 15 {
@@ -61,113 +63,6 @@ fn relmap_file_size(pg_version: u32) -> u64 {
 }
 /// Chunk size when copying entries to the spill file.
 const SPILL_CHUNK: usize = 256 * 1024;
-
-/// What the import learned from the small files.
-#[derive(Default)]
-struct Preamble {
-    label: Option<BackupLabel>,
-    version: Option<u32>,
-    control: Option<Bytes>,
-    spill: Option<SpillWriter>,
-    /// Paths of file entries seen so far (duplicates are an error).
-    seen: HashSet<String>,
-    /// `pg_tblspc/<oid>` symlinks: (path, target). Each needs the
-    /// tablespace's own archive in the stream ([`check_tablespace_links`]).
-    links: Vec<(String, String)>,
-}
-
-impl Preamble {
-    fn ready(&self) -> bool {
-        self.label.is_some() && self.version.is_some()
-    }
-
-    /// The import LSN and the major version.
-    fn decide(&self) -> Result<(Lsn, u32), ImportError> {
-        let version = self.version.ok_or_else(|| {
-            ImportError::BadTar("no PG_VERSION file: not a PostgreSQL base backup".into())
-        })?;
-        if !SUPPORTED_VERSIONS.contains(&version) {
-            return Err(ImportError::BadTar(format!(
-                "PostgreSQL {version} is not supported (supported: {SUPPORTED_VERSIONS:?})"
-            )));
-        }
-        let lsn = match (&self.label, &self.control) {
-            (Some(l), _) => l.start_lsn,
-            (None, Some(c)) => {
-                parse_control(c)
-                    .map_err(|e| ImportError::BadTar(format!("global/pg_control: {e}")))?
-                    .redo
-            }
-            (None, None) => return Err(ImportError::BadTar(
-                "neither backup_label nor global/pg_control found: truncated, or not a base backup"
-                    .into(),
-            )),
-        };
-        if lsn.0 < 2 {
-            return Err(ImportError::BadTar(format!(
-                "backup LSN {lsn} is not a valid WAL position"
-            )));
-        }
-        Ok((lsn, version))
-    }
-
-    fn check_duplicate(&mut self, entry: &Entry) -> Result<(), ImportError> {
-        if matches!(entry.kind, EntryKind::File) && !self.seen.insert(entry.path.clone()) {
-            return Err(ImportError::BadTar(format!(
-                "entry '{}' at offset {} appears twice in the tar",
-                entry.path, entry.offset
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// How the importer sees an entry. A tablespace symlink is noted in
-/// `links`: the tablespace's relations must come in an archive of their own
-/// (a `BASE_BACKUP`), else the timeline would silently lack them
-/// ([`check_tablespace_links`], at the end). A stream of one plain tar
-/// (`archives` empty: no `TarPart::Archive`) can have no such archive: its
-/// link is refused at once.
-fn classify_entry(
-    entry: &Entry,
-    links: &mut Vec<(String, String)>,
-    archives: &[String],
-) -> Result<PgFile, ImportError> {
-    Ok(match &entry.kind {
-        EntryKind::File => classify(&entry.path, false),
-        EntryKind::Dir => classify(&entry.path, true),
-        EntryKind::Symlink(target) => {
-            if entry.path.starts_with("pg_tblspc/") {
-                links.push((entry.path.clone(), target.clone()));
-                if archives.is_empty() {
-                    check_tablespace_links(links, archives)?;
-                }
-            }
-            debug!("skipping symlink {} -> {target}", entry.path);
-            PgFile::Other
-        }
-        EntryKind::HardLink(_) | EntryKind::Other(_) => PgFile::Other,
-    })
-}
-
-/// Every `pg_tblspc/<oid>` symlink has its tablespace's archive (prefix
-/// `pg_tblspc/<oid>/`) among the `archives` of the stream; a tar uploaded
-/// alone has none, and is refused naming the link.
-fn check_tablespace_links(
-    links: &[(String, String)],
-    archives: &[String],
-) -> Result<(), ImportError> {
-    let missing = links.iter().find(|(path, _)| !archives.contains(&format!("{path}/")));
-    match missing {
-        None => Ok(()),
-        Some((path, target)) => Err(ImportError::BadTar(format!(
-            "'{path}' is a symlink to '{target}': that tablespace's files are not in this tar \
-             (pg_basebackup -Ft puts them in a tar of their own, and an import takes one tar); \
-             import a tar that holds them in place under {path}/PG_<major>_<catversion>/, e.g. \
-             a plain-format backup archived with `tar --dereference`"
-        ))),
-    }
-}
 
 /// Where the data of the entry being imported comes from.
 pub(super) enum Source<'r, S> {
@@ -192,28 +87,6 @@ where
     }
 }
 
-async fn read_small<S>(
-    tar: &mut TarReader<S>,
-    entry: &Entry,
-    limit: u64,
-) -> Result<Bytes, ImportError>
-where
-    S: Stream<Item = Result<TarPart, io::Error>> + Unpin,
-{
-    if entry.size > limit {
-        return Err(ImportError::BadTar(format!(
-            "'{}' is {} bytes, more than the {limit} expected",
-            entry.path, entry.size
-        )));
-    }
-    Source::Tar(tar).read_exact(entry.size as usize, &entry.path).await
-}
-
-fn utf8(entry: &Entry, b: &[u8]) -> Result<String, ImportError> {
-    String::from_utf8(b.to_vec())
-        .map_err(|_| ImportError::BadTar(format!("'{}' is not UTF-8 text", entry.path)))
-}
-
 #[derive(Debug, Default)]
 struct Stats {
     rel_files: u64,
@@ -224,15 +97,16 @@ struct Stats {
     skipped: u64,
 }
 
-/// Streams a `pg_basebackup -Ft -X none` tar (PG 15/16/17) into a new
-/// timeline; returns once the timeline is durable and published.
+/// Streams a `pg_basebackup -Ft -X none` tar, or the whole `-Ft`
+/// directory as one tar (`super::nested`), into a new timeline; returns
+/// once the timeline is durable and published.
 pub async fn import_basebackup<S>(
     tenant: Arc<Tenant>,
     timeline_id: TimelineId,
     body: S,
 ) -> Result<Arc<Timeline>, ImportError>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin + 'static,
 {
     let uninit = import_basebackup_unfinished(tenant, timeline_id, body).await?;
     Ok(uninit.finish().await?)
@@ -247,22 +121,27 @@ pub async fn import_basebackup_unfinished<S>(
     body: S,
 ) -> Result<UninitializedTimeline, ImportError>
 where
-    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin,
+    S: Stream<Item = Result<Bytes, io::Error>> + Send + Unpin + 'static,
 {
-    let parts = body.map_ok(TarPart::Data);
-    import_archives_unfinished(tenant, timeline_id, parts, None).await
+    if tenant.get_timeline(timeline_id).is_ok() {
+        return Err(ImportError::AlreadyExists(format!("timeline {}/{timeline_id}", tenant.id())));
+    }
+    let parts = body_parts(body).await?;
+    import_archives_unfinished(tenant, timeline_id, parts, None, None).await
 }
 
 /// [`import_basebackup_unfinished`] of several archives in one stream (a
 /// `BASE_BACKUP`: the main one and one per tablespace, each tablespace's
 /// under its `pg_tblspc/<oid>/` prefix, see `super::backup_parts`).
 /// `observer` sees every file's data (the bootstrap's checks against the
-/// backup manifest: `super::manifest`).
+/// backup manifest: `super::manifest`). `seed`: the start LSN and major
+/// version, if known before the first entry (see the module comment).
 pub async fn import_archives_unfinished<S>(
     tenant: Arc<Tenant>,
     timeline_id: TimelineId,
     body: S,
     observer: Option<Box<dyn EntryObserver>>,
+    seed: Option<Seed>,
 ) -> Result<UninitializedTimeline, ImportError>
 where
     S: Stream<Item = Result<TarPart, io::Error>> + Send + Unpin,
@@ -275,31 +154,62 @@ where
         Some(o) => TarReader::with_observer(body, o),
         None => TarReader::new(body),
     };
-    let mut pre = Preamble::default();
+    let mut pre = Preamble::seeded(seed);
     let mut stats = Stats::default();
+    let ended = read_preamble(&tenant, &mut pre, &mut tar, &mut stats).await?;
+    let (lsn, pg_version) = pre.decide()?;
+    if let Some(s) = &pre.spill {
+        info!(
+            "{} entries ({} bytes) arrived before backup_label and PG_VERSION; spilled them",
+            s.entries, s.bytes
+        );
+    }
 
-    // Phase 1: until the LSN and the version are known.
-    let mut ended = false;
+    // Phase 2: the timeline.
+    let initial_lsn = Lsn(lsn.0 - 1);
+    let mut uninit = tenant.begin_timeline_creation(timeline_id, initial_lsn, pg_version).await?;
+    let tl = uninit.timeline().clone();
+    let images = import_into(&tl, lsn, &mut pre, &mut tar, ended, &mut stats).await?;
+    pre.check_seed_confirmed()?;
+    uninit.add_import_images(images);
+    info!(
+        "imported base backup into timeline {}/{timeline_id} at {lsn} (PostgreSQL {pg_version}): \
+         {} relation files, {} relation pages ({} into image layers), {} SLRU pages, \
+         {} entries skipped, {} tar bytes in {:.1?}",
+        tenant.id(),
+        stats.rel_files,
+        stats.rel_pages,
+        stats.image_pages,
+        stats.slru_pages,
+        stats.skipped,
+        tar.offset(),
+        started.elapsed()
+    );
+    drop(tl);
+    Ok(uninit)
+}
+
+/// Phase 1: entries until the LSN and the version are known (at once when
+/// seeded), spilling data entries; true if the stream ended meanwhile.
+async fn read_preamble<S>(
+    tenant: &Tenant,
+    pre: &mut Preamble,
+    tar: &mut TarReader<S>,
+    stats: &mut Stats,
+) -> Result<bool, ImportError>
+where
+    S: Stream<Item = Result<TarPart, io::Error>> + Send + Unpin,
+{
     while !pre.ready() {
         let Some(entry) = tar.next_entry().await? else {
-            ended = true;
-            break;
+            return Ok(true);
         };
         pre.check_duplicate(&entry)?;
         match classify_entry(&entry, &mut pre.links, tar.archives())? {
-            PgFile::BackupLabel => {
-                let text = utf8(&entry, &read_small(&mut tar, &entry, SMALL_FILE_LIMIT).await?)?;
-                let label = parse_backup_label(&text)
-                    .map_err(|e| ImportError::BadTar(format!("backup_label: {e}")))?;
-                pre.label = Some(label);
-            }
-            PgFile::PgVersion => {
-                let text = utf8(&entry, &read_small(&mut tar, &entry, 64).await?)?;
-                pre.version = Some(parse_pg_version(&text).map_err(ImportError::BadTar)?);
-            }
-            PgFile::Control => {
-                pre.control = Some(read_small(&mut tar, &entry, SMALL_FILE_LIMIT).await?)
-            }
+            class @ (PgFile::BackupLabel
+            | PgFile::PgVersion
+            | PgFile::Control
+            | PgFile::TablespaceMap) => pre.read_file(&class, tar, &entry).await?,
             PgFile::Other => {
                 debug!("skipping {}", entry.path);
                 stats.skipped += 1;
@@ -327,35 +237,7 @@ where
             }
         }
     }
-    let (lsn, pg_version) = pre.decide()?;
-    if let Some(s) = &pre.spill {
-        info!(
-            "{} entries ({} bytes) arrived before backup_label and PG_VERSION; spilled them",
-            s.entries, s.bytes
-        );
-    }
-
-    // Phase 2: the timeline.
-    let initial_lsn = Lsn(lsn.0 - 1);
-    let mut uninit = tenant.begin_timeline_creation(timeline_id, initial_lsn, pg_version).await?;
-    let tl = uninit.timeline().clone();
-    let images = import_into(&tl, lsn, &mut pre, &mut tar, ended, &mut stats).await?;
-    uninit.add_import_images(images);
-    info!(
-        "imported base backup into timeline {}/{timeline_id} at {lsn} (PostgreSQL {pg_version}): \
-         {} relation files, {} relation pages ({} into image layers), {} SLRU pages, \
-         {} entries skipped, {} tar bytes in {:.1?}",
-        tenant.id(),
-        stats.rel_files,
-        stats.rel_pages,
-        stats.image_pages,
-        stats.slru_pages,
-        stats.skipped,
-        tar.offset(),
-        started.elapsed()
-    );
-    drop(tl);
-    Ok(uninit)
+    Ok(false)
 }
 
 /// Phase 2: everything into one modification at `lsn`, then commit.
@@ -392,12 +274,11 @@ where
             }
             pre.check_duplicate(&entry)?;
             match classify_entry(&entry, &mut pre.links, tar.archives())? {
-                PgFile::Control => {
-                    pre.control = Some(read_small(tar, &entry, SMALL_FILE_LIMIT).await?)
-                }
-                PgFile::BackupLabel | PgFile::PgVersion => {
-                    unreachable!("duplicates are rejected above")
-                }
+                // Label and version: seeded imports (unseeded, a duplicate).
+                class @ (PgFile::BackupLabel
+                | PgFile::PgVersion
+                | PgFile::Control
+                | PgFile::TablespaceMap) => pre.read_file(&class, tar, &entry).await?,
                 PgFile::Other => {
                     debug!("skipping {}", entry.path);
                     stats.skipped += 1;
@@ -533,7 +414,11 @@ where
                 .map_err(|e| ImportError::BadTar(format!("two-phase file '{path}': {e}")))?;
             m.put_twophase_file(xid, state).await?;
         }
-        PgFile::BackupLabel | PgFile::PgVersion | PgFile::Control | PgFile::Other => {
+        PgFile::BackupLabel
+        | PgFile::PgVersion
+        | PgFile::Control
+        | PgFile::TablespaceMap
+        | PgFile::Other => {
             unreachable!("not a data entry: {path}")
         }
     }

@@ -1,6 +1,7 @@
 //! Base-backup import: a `pg_basebackup -Ft -X none` tar (PostgreSQL 15 to
-//! 18), or the archives of a `BASE_BACKUP` (one per tablespace:
-//! `backup_parts`), streamed into a new timeline.
+//! 18), the whole `-Ft` directory as one tar (`nested`: base.tar and one
+//! archive per tablespace), or the archives of a `BASE_BACKUP`
+//! (`backup_parts`), streamed into a new timeline.
 //!
 //! Guarantees:
 //! - the body is streamed (`tar_reader`), never held whole in memory; page
@@ -19,13 +20,18 @@
 mod backup_parts;
 mod basebackup;
 pub mod manifest;
+pub mod nested;
 pub mod pg_files;
+mod preamble;
 mod rel_images;
 mod spill;
+mod tablespaces;
 pub mod tar_reader;
 
 pub use backup_parts::backup_parts;
-pub use basebackup::{import_archives_unfinished, import_basebackup, import_basebackup_unfinished};
+pub use basebackup::{
+    import_archives_unfinished, import_basebackup, import_basebackup_unfinished, Seed,
+};
 
 use crate::tenant::TenantError;
 

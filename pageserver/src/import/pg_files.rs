@@ -9,7 +9,8 @@
 //! - `global/pg_filenode.map`, `<db dir>/pg_filenode.map`: relmap files;
 //! - `pg_xact/`, `pg_multixact/offsets/`, `pg_multixact/members/`: SLRU
 //!   segments named by hex segment number; `pg_twophase/<hex xid>`;
-//! - `backup_label`, `PG_VERSION`, `global/pg_control`.
+//! - `backup_label`, `PG_VERSION`, `global/pg_control`, `tablespace_map`
+//!   (`pg_basebackup -Ft` writes it instead of `pg_tblspc` symlinks).
 //!
 //! Everything else (configuration, statistics, temp relations `t<n>_<rel>`,
 //! `pg_internal.init`, ...) is `Other` and skipped by the importer.
@@ -25,6 +26,8 @@ pub enum PgFile {
     BackupLabel,
     PgVersion,
     Control,
+    /// `tablespace_map`: `<oid> <location>` per symlinked tablespace.
+    TablespaceMap,
     /// A database directory (or the `global` directory: 1664/0).
     DbDir {
         spc: u32,
@@ -90,6 +93,7 @@ pub fn classify(path: &str, is_dir: bool) -> PgFile {
         ["backup_label"] => PgFile::BackupLabel,
         ["PG_VERSION"] => PgFile::PgVersion,
         ["global", "pg_control"] => PgFile::Control,
+        ["tablespace_map"] => PgFile::TablespaceMap,
         ["global", name] => in_db_dir(GLOBALTABLESPACE_OID, 0, name),
         ["base", db, name] => match parse_oid(db) {
             Some(db) => in_db_dir(DEFAULTTABLESPACE_OID, db, name),
@@ -275,6 +279,7 @@ mod tests {
         assert_eq!(classify("pg_twophase/00000001000002E6", false), PgFile::TwoPhase { xid: 742 });
         assert_eq!(classify("backup_label", false), PgFile::BackupLabel);
         assert_eq!(classify("PG_VERSION", false), PgFile::PgVersion);
+        assert_eq!(classify("tablespace_map", false), PgFile::TablespaceMap);
         for other in [
             "postgresql.conf",
             "pg_hba.conf",
@@ -288,7 +293,7 @@ mod tests {
             "pg_xact/zz",
             "pg_wal/000000010000000000000001",
             "pg_tblspc/16400",
-            "tablespace_map",
+            "base/5/tablespace_map",
         ] {
             assert_eq!(classify(other, false), PgFile::Other, "{other}");
         }

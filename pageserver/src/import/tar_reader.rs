@@ -46,6 +46,23 @@ pub enum TarError {
     Io(#[from] io::Error),
 }
 
+impl TarError {
+    /// As a stream error of the bytes of an archive: a malformed stream (the
+    /// outer tar of archives, `super::nested`) stays malformed for the
+    /// reader of the archive ([`TarError::from_stream`]).
+    pub fn into_io(self) -> io::Error {
+        match self {
+            TarError::Io(e) => e,
+            malformed => io::Error::new(io::ErrorKind::InvalidData, malformed),
+        }
+    }
+
+    /// A stream error: the `TarError` it carries, or `Io`.
+    pub fn from_stream(e: io::Error) -> TarError {
+        e.downcast::<TarError>().unwrap_or_else(TarError::Io)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntryKind {
     File,
@@ -197,6 +214,16 @@ where
         }
     }
 
+    /// The stream it reads.
+    pub fn stream_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
+    /// The stream, without what was received and not yet consumed.
+    pub fn into_stream(self) -> S {
+        self.stream
+    }
+
     /// Prefixes of the archives begun so far (`TarPart::Archive`), in order.
     pub fn archives(&self) -> &[String] {
         &self.archives
@@ -233,7 +260,7 @@ where
                         self.prefix = prefix;
                     }
                 }
-                Some(Err(e)) => return Err(TarError::Io(e)),
+                Some(Err(e)) => return Err(TarError::from_stream(e)),
                 None => self.stream_done = true,
             }
         }

@@ -31,7 +31,7 @@ use postgres_ffi::wal::rmgr_id;
 use super::slots::{self, Cause};
 use super::WalReceiverConf;
 use crate::import::manifest::{BackupChecks, FileDigests};
-use crate::import::{backup_parts, import_archives_unfinished, ImportError};
+use crate::import::{backup_parts, import_archives_unfinished, ImportError, Seed};
 use crate::tenant::mgr::TenantManager;
 use crate::tenant::timeline::wal_source::{SlotOrigin, WalSource};
 use pageserver_api::models::{OnDivergence, WalSourceRequest};
@@ -279,7 +279,7 @@ pub async fn create_following_timeline(
         source.slot,
         source.slot_hosts.join(", ")
     );
-    let result = backup_and_import(&mut client, &tenant, timeline_id, source.clone()).await;
+    let result = backup_and_import(&mut client, &tenant, timeline_id, source.clone(), major).await;
     match result {
         Ok((tl, source)) => {
             super::start(&tenant, &tl, source, conf);
@@ -307,12 +307,15 @@ async fn drop_after_failure(source: &WalSource, error: BootstrapError) -> Bootst
 
 /// The bootstrap after the slot: base backup, import, verification,
 /// `source` persisted (with the backup's end as `consistent_lsn`), the
-/// timeline published.
+/// timeline published. The import is seeded with the backup's start LSN
+/// and the server's `major`, so the tablespace archives, which come before
+/// `backup_label`, are imported as they arrive, not spilled.
 async fn backup_and_import(
     client: &mut ReplicationClient,
     tenant: &Arc<Tenant>,
     timeline_id: TimelineId,
     mut source: WalSource,
+    major: u32,
 ) -> Result<(Arc<Timeline>, WalSource), BootstrapError> {
     let system_id = source.system_id;
     let opts = BaseBackupOptions {
@@ -328,7 +331,8 @@ async fn backup_and_import(
         // Every tablespace's archive, under pg_tblspc/<oid>/.
         let stream = Box::pin(backup_parts(&mut backup));
         let observer = Some(digests.observer());
-        import_archives_unfinished(tenant.clone(), timeline_id, stream, observer).await?
+        let seed = Some(Seed { start_lsn, pg_version: major });
+        import_archives_unfinished(tenant.clone(), timeline_id, stream, observer, seed).await?
     };
     let end = backup.finish().await.context("the end of the base backup")?;
     let checks = BackupChecks {
