@@ -47,7 +47,7 @@ use postgres_ffi::consts::BLCKSZ;
 use postgres_ffi::page::page_checksum;
 use postgres_ffi::redo::mask::{first_difference, mask_page};
 use postgres_ffi::redo::names::record_name;
-use postgres_ffi::redo::{self, RedoRecord};
+use postgres_ffi::redo::{self, RedoRecord, RedoRecordRef};
 use postgres_ffi::wal::{rmgr_id, BlockTag, DecodedWalRecord, WalStreamDecoder};
 use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;
@@ -294,8 +294,8 @@ fn bench_kinds(c: &mut Criterion, corpus: &Corpus) {
 /// What `reconstruct` does per stored record: decode it, apply it (the
 /// page check comes once per read: [`check_read`]).
 fn redo_stored(page: &mut [u8], s: &Sample) {
-    let rec = RedoRecord::decode(&s.stored).expect("decodes");
-    redo::apply_without_page_check(page, s.tag, s.lsn, &rec, s.version).expect("redo");
+    let rec = RedoRecordRef::decode(&s.stored).expect("decodes");
+    redo::apply_in_chain(page, s.tag, s.lsn, rec, s.version).expect("redo");
 }
 
 /// The page check `reconstruct` runs after a read's last record.
