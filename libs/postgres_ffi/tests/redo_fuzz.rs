@@ -570,7 +570,7 @@ fn read_path_agrees<T>(
             Some(stored) => RedoRecordRef::decode(stored).ok()?,
             None => case.rec.as_ref(),
         };
-        let r = apply_in_chain(&mut page, case.tag, case.lsn, rec, case.version);
+        let r = apply_in_chain(&mut page, case.tag, case.lsn, &rec, case.version);
         Some(r.is_ok() && check_page(&page, rec.rmid).is_ok())
     }));
     IN_FUZZ.with(|f| f.set(false));

@@ -240,7 +240,7 @@ fn redo_postgres(
         fork: rel.forknum,
         blkno: key.field6,
     };
-    redo::apply_in_chain(page, tag, lsn, rec, cluster.version)
+    redo::apply_in_chain(page, tag, lsn, &rec, cluster.version)
         .map_err(|source| PageReconstructError::Redo { key, source })?;
     Ok(PageCheck { lsn, rmid, info: rec.info, tag })
 }

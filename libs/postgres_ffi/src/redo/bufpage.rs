@@ -355,8 +355,10 @@ pub fn add_item_with(
     }
     // What this writes keeps the invariants: the item lies in
     // [new pd_upper, pd_special), its pointer below the new pd_lower.
-    debug_assert!(upper + len <= h.special as usize && lp_pos(off) < lower);
-    write_lp(page, off, ItemId::normal(upper as u16, len as u16))?;
+    let at = lp_pos(off);
+    debug_assert!(upper + len <= h.special as usize && at < lower);
+    let raw = ItemId::normal(upper as u16, len as u16).to_raw();
+    page[at..at + SIZE_OF_ITEM_ID].copy_from_slice(&raw.to_le_bytes()); // at + 4 <= lower <= upper
     fill(&mut page[upper..upper + len]);
     Bounds { flags, lower: lower as u16, upper: upper as u16, special: h.special }.write(page);
     Ok(off)
@@ -409,6 +411,7 @@ fn is_new(page: &[u8]) -> bool {
 /// bytes below `pd_lower` are not line pointers (metapages of GIN, hash,
 /// SP-GiST, BRIN and btree; bloom's pages, written through Generic WAL),
 /// this is all that can be checked.
+#[inline]
 pub fn check_header(page: &[u8]) -> Result<(), Fault> {
     let bounds = Bounds::read(page)?.check(true);
     if bounds.is_err() && is_new(page) {

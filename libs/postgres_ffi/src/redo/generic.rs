@@ -107,7 +107,8 @@ mod tests {
             block_data: Bytes::from(delta),
             main_data: Bytes::new(),
         };
-        let ctx = Ctx { rec: rec.as_ref(), tag, lsn: Lsn(0x30_0000), version: PgMajorVersion::V18 };
+        let ctx =
+            Ctx { rec: &rec.as_ref(), tag, lsn: Lsn(0x30_0000), version: PgMajorVersion::V18 };
         redo(page, &ctx)
     }
 

@@ -281,7 +281,7 @@ pub struct RedoError {
 
 /// What a per-rmgr redo function gets besides the page.
 pub(crate) struct Ctx<'a> {
-    pub rec: RedoRecordRef<'a>,
+    pub rec: &'a RedoRecordRef<'a>,
     /// The block being redone (checked against `rec`'s target).
     pub tag: BlockTag,
     /// The record's end LSN.
@@ -336,7 +336,7 @@ pub fn apply<'a>(
     version: PgMajorVersion,
 ) -> Result<(), RedoError> {
     let rec = rec.into();
-    redo(page, tag, lsn, rec, version)?;
+    redo(page, tag, lsn, &rec, version)?;
     check_page(page, rec.rmid).map_err(|fault| RedoError {
         lsn,
         rmid: rec.rmid,
@@ -359,7 +359,7 @@ pub fn apply_in_chain(
     page: &mut [u8],
     tag: BlockTag,
     lsn: Lsn,
-    rec: RedoRecordRef<'_>,
+    rec: &RedoRecordRef<'_>,
     version: PgMajorVersion,
 ) -> Result<(), RedoError> {
     redo(page, tag, lsn, rec, version)?;
@@ -378,7 +378,7 @@ fn redo(
     page: &mut [u8],
     tag: BlockTag,
     lsn: Lsn,
-    rec: RedoRecordRef<'_>,
+    rec: &RedoRecordRef<'_>,
     version: PgMajorVersion,
 ) -> Result<(), RedoError> {
     let error = |fault| RedoError { lsn, rmid: rec.rmid, info: rec.info, tag, fault };

@@ -203,15 +203,17 @@ pub fn build_tuple(h: XlHeader, body: &[u8], xid: u32, blkno: u32, off: u16) -> 
 /// tuple's place on the page), every byte of it written.
 pub fn write_tuple(t: &mut [u8], h: XlHeader, body: &[u8], xid: u32, blkno: u32, off: u16) {
     assert_eq!(t.len(), HEADER_LEN + body.len(), "a tuple's place fits it");
-    let (header, rest) = t.split_at_mut(HEADER_LEN);
-    header.fill(0);
+    // Built on the stack (fixed offsets: no bounds checks), stored at once.
+    let mut header = [0u8; HEADER_LEN];
+    set_infomask2(&mut header, h.infomask2);
+    set_infomask(&mut header, h.infomask);
+    header[HOFF_AT] = h.hoff;
+    set_xmin(&mut header, xid);
+    set_first_command_id(&mut header);
+    set_ctid(&mut header, blkno, off);
+    let (head, rest) = t.split_at_mut(HEADER_LEN);
+    head.copy_from_slice(&header);
     rest.copy_from_slice(body);
-    set_infomask2(t, h.infomask2);
-    set_infomask(t, h.infomask);
-    t[HOFF_AT] = h.hoff;
-    set_xmin(t, xid);
-    set_first_command_id(t);
-    set_ctid(t, blkno, off);
 }
 
 /// `PageSetPrunable`: `pd_prune_xid` = `xid` unless it holds an older one.
