@@ -29,6 +29,18 @@
 //!   naming LSN, rmgr, info, relation and block. Never a panic, never a page
 //!   that is silently wrong. The caller treats the page as unreadable.
 //!
+//! A read applies a chain of records to one page: [`apply_in_chain`] per
+//! record, on a [`RedoRecordRef`] decoded from the stored bytes without
+//! allocating, then [`check_page`] once after the last. Each record is
+//! checked as in [`apply`] (its block and fork, every offset and length it
+//! uses, and the page header after writing; `bufpage`'s primitives check
+//! the bounds they write within, so a line pointer a record writes points
+//! inside `[pd_upper, pd_special)`); the whole line-pointer array is
+//! checked once per chain (O(line pointers), not O(records × line
+//! pointers)). The page a read returns keeps the same invariants as one
+//! built with [`apply`]; the fuzz test checks that both paths agree, page
+//! and outcome, on every input.
+//!
 //! The data checksum is not redo's business: it depends on the block number
 //! and is set when the page is served.
 
