@@ -28,12 +28,12 @@ const MULTI_INSERT_TUPLE_LEN: usize = 7;
 
 /// Redo of Heap INSERT on block 0.
 pub(super) fn insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let main = Fields { b: &ctx.rec.main_data, what: "Heap INSERT main data" };
+    let main = Fields { b: ctx.rec.main_data, what: "Heap INSERT main data" };
     let (offnum, flags) = (main.u16(0)?, main.u8(2)?);
     if ctx.rec.info & XLOG_HEAP_INIT_PAGE != 0 {
         bufpage::page_init(page, 0);
     }
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     if data.len() <= XL_HEAP_HEADER_LEN || data.len() - XL_HEAP_HEADER_LEN > MAX_HEAP_TUPLE_BYTES {
         return Err(Fault::Malformed(format!("Heap INSERT: {} bytes of tuple data", data.len())));
     }
@@ -102,12 +102,12 @@ impl MultiInsert<'_> {
 /// Redo of Heap2 MULTI_INSERT on block 0.
 pub(crate) fn multi_insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let init = ctx.rec.info & XLOG_HEAP_INIT_PAGE != 0;
-    let rec = MultiInsert::decode(&ctx.rec.main_data, init)?;
+    let rec = MultiInsert::decode(ctx.rec.main_data, init)?;
     let blkno = block_no(ctx, 0, "Heap2 MULTI_INSERT")?;
     if init {
         bufpage::page_init(page, 0);
     }
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     let mut at = 0usize;
     for i in 0..rec.ntuples {
         let offnum = rec.offset(i, init)?;
