@@ -307,6 +307,7 @@ pub fn add_item(
 /// [`add_item`] of a `len`-byte item that `fill` writes into its place on
 /// the page (every byte of it), for a caller that builds the item: no
 /// buffer, no second copy.
+#[inline]
 pub fn add_item_with(
     page: &mut [u8],
     len: usize,

@@ -201,6 +201,7 @@ pub fn build_tuple(h: XlHeader, body: &[u8], xid: u32, blkno: u32, off: u16) -> 
 
 /// [`build_tuple`] into `t` (`HEADER_LEN + body.len()` bytes, e.g. the
 /// tuple's place on the page), every byte of it written.
+#[inline]
 pub fn write_tuple(t: &mut [u8], h: XlHeader, body: &[u8], xid: u32, blkno: u32, off: u16) {
     assert_eq!(t.len(), HEADER_LEN + body.len(), "a tuple's place fits it");
     // Built on the stack (fixed offsets: no bounds checks), stored at once.

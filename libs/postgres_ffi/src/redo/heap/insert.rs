@@ -55,6 +55,7 @@ pub(super) fn put_tuple(page: &mut [u8], tuple: &[u8], offnum: u16) -> Result<()
 }
 
 /// [`put_tuple`] of a `len`-byte tuple that `fill` writes in place.
+#[inline]
 fn put_tuple_with(
     page: &mut [u8],
     len: usize,
