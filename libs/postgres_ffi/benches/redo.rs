@@ -17,7 +17,9 @@
 //!
 //! Group `redo_request`, one request like Neon's (`ping`, `short`,
 //! `medium`): the page is built the way `reconstruct` does on a read, each
-//! stored record decoded (`RedoRecord::decode`) then applied:
+//! stored record decoded (`RedoRecordRef::decode`, borrowed) then applied
+//! (`redo::apply_in_chain`), and the page checked once after the last
+//! (`redo::check_page`):
 //! - `empty`: decode + apply of the cheapest real record (Heap2 VISIBLE on
 //!   its heap page: one flag), no page copy. Our redo is a function call;
 //!   Neon's ping is a round trip to another process, which we do not have.
@@ -28,6 +30,9 @@
 //!   Heap2 VISIBLE; made from a real INSERT+INIT and VISIBLE of the
 //!   fixtures with their tuple, offset and tags replaced (checked at setup:
 //!   226 tuples, the page full, all-visible).
+//! - `medium_decode_only`, `medium_apply_only`: `medium`'s two halves;
+//!   `medium_checked_per_record`: `medium` with `redo::apply` (the whole
+//!   page checked after every record), owned `RedoRecord::decode`;
 //! - `medium_fixture`: the longest real chain of the fixtures like it: a
 //!   new page, INSERT+INIT then INSERTs of one page (wider rows, fewer).
 //! - `copy_8KiB`, `checksum_8KiB`: the floor, and the data checksum a read
@@ -47,7 +52,7 @@ use postgres_ffi::consts::BLCKSZ;
 use postgres_ffi::page::page_checksum;
 use postgres_ffi::redo::mask::{first_difference, mask_page};
 use postgres_ffi::redo::names::record_name;
-use postgres_ffi::redo::{self, RedoRecord};
+use postgres_ffi::redo::{self, RedoRecord, RedoRecordRef};
 use postgres_ffi::wal::{rmgr_id, BlockTag, DecodedWalRecord, WalStreamDecoder};
 use postgres_ffi::PgMajorVersion;
 use utils::lsn::Lsn;
@@ -294,8 +299,8 @@ fn bench_kinds(c: &mut Criterion, corpus: &Corpus) {
 /// What `reconstruct` does per stored record: decode it, apply it (the
 /// page check comes once per read: [`check_read`]).
 fn redo_stored(page: &mut [u8], s: &Sample) {
-    let rec = RedoRecord::decode(&s.stored).expect("decodes");
-    redo::apply_without_page_check(page, s.tag, s.lsn, &rec, s.version).expect("redo");
+    let rec = RedoRecordRef::decode(&s.stored).expect("decodes");
+    redo::apply_in_chain(page, s.tag, s.lsn, &rec, s.version).expect("redo");
 }
 
 /// The page check `reconstruct` runs after a read's last record.
@@ -406,6 +411,26 @@ fn bench_requests(c: &mut Criterion, corpus: &Corpus) {
     describe_chain("medium", &chain);
     group.throughput(Throughput::Elements(chain.len() as u64));
     group.bench_function("medium", |b| b.iter(|| std::hint::black_box(run_chain(&chain))));
+    // Its two halves: decoding the stored records, applying decoded ones.
+    group.bench_function("medium_decode_only", |b| {
+        b.iter(|| {
+            for s in &chain {
+                std::hint::black_box(RedoRecordRef::decode(&s.stored).expect("decodes"));
+            }
+        })
+    });
+    let decoded: Vec<RedoRecordRef> =
+        chain.iter().map(|s| RedoRecordRef::decode(&s.stored).expect("decodes")).collect();
+    group.bench_function("medium_apply_only", |b| {
+        b.iter(|| {
+            let mut page = vec![0u8; BLCKSZ];
+            for (s, rec) in chain.iter().zip(&decoded) {
+                redo::apply_in_chain(&mut page, s.tag, s.lsn, rec, s.version).expect("redo");
+            }
+            check_read(&page, chain.last().expect("a chain"));
+            std::hint::black_box(page)
+        })
+    });
     // The same with the page check after every record (before: `apply`).
     group.bench_function("medium_checked_per_record", |b| {
         b.iter(|| std::hint::black_box(run_chain_checked_per_record(&chain)))

@@ -19,6 +19,7 @@ pub struct PageHeader {
 
 impl PageHeader {
     /// Decode the first 24 bytes of `page`. Panics on a shorter slice.
+    #[inline]
     pub fn decode(page: &[u8]) -> PageHeader {
         let u16_at = |o: usize| u16::from_le_bytes([page[o], page[o + 1]]);
         let u32_at = |o: usize| u32::from_le_bytes(page[o..o + 4].try_into().unwrap());
@@ -35,6 +36,7 @@ impl PageHeader {
     }
 
     /// Write the header into the first 24 bytes of `page`.
+    #[inline]
     pub fn encode(&self, page: &mut [u8]) {
         page[0..4].copy_from_slice(&((self.lsn >> 32) as u32).to_le_bytes());
         page[4..8].copy_from_slice(&(self.lsn as u32).to_le_bytes());
@@ -64,9 +66,8 @@ pub fn page_lsn(page: &[u8]) -> u64 {
 
 /// Set the LSN of a page.
 pub fn set_page_lsn(page: &mut [u8], lsn: u64) {
-    let mut h = PageHeader::decode(page);
-    h.lsn = lsn;
-    h.encode(page);
+    page[0..4].copy_from_slice(&((lsn >> 32) as u32).to_le_bytes());
+    page[4..8].copy_from_slice(&(lsn as u32).to_le_bytes());
 }
 
 const N_SUMS: usize = 32;

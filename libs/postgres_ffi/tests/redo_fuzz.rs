@@ -21,6 +21,10 @@
 //!   generated from seed `REDO_FUZZ_SEED + i` (default seed 0), printed
 //!   with any failure;
 //!   `REDO_FUZZ_SEED=<that> REDO_FUZZ_ITERATIONS=1` replays it.
+//!
+//! Every input also goes through the read path (`RedoRecordRef::decode` of
+//! the stored form, `apply_in_chain`, `check_page`): it must refuse what
+//! `apply` refuses and make the same page from what `apply` accepts.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -32,7 +36,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use postgres_ffi::page::page_lsn;
-use postgres_ffi::redo::{apply, bufpage, check_page, rmgr_name, BlockRef, Fault, RedoRecord};
+use postgres_ffi::redo::{
+    apply, apply_in_chain, bufpage, check_page, rmgr_name, BlockRef, Fault, RedoRecord,
+    RedoRecordRef,
+};
 use postgres_ffi::wal::{BlockTag, WalStreamDecoder};
 use postgres_ffi::{PgMajorVersion, BLCKSZ};
 use rand::rngs::StdRng;
@@ -508,6 +515,10 @@ fn run_case(case: &Case, label: &str, tally: &mut Tally, progress: &Progress) {
         let result = apply(&mut page, case.tag, case.lsn, &rec, case.version);
         Some((rec, result))
     }));
+    if let Ok(outcome) = &result {
+        let applied_ok = outcome.as_ref().map(|(_, r)| r.is_ok());
+        read_path_agrees(case, &page, applied_ok, label, tally);
+    }
     IN_FUZZ.with(|f| f.set(false));
     tally.inputs += 1;
     match result {
@@ -539,6 +550,40 @@ fn run_case(case: &Case, label: &str, tally: &mut Tally, progress: &Progress) {
                 tally.fail(format!("Ok but {why}"), format!("{label} {}", case.describe()));
             }
         }
+    }
+}
+
+/// The read path (`RedoRecordRef::decode` of the stored form, no
+/// allocation; `apply_in_chain`, which checks only the header; `check_page`
+/// once at the end) must end as `apply` did: both refuse, or both accept
+/// and make the same page.
+/// `applied_ok`: `apply`'s outcome, `None` when the stored form was refused.
+fn read_path_agrees(
+    case: &Case,
+    applied: &[u8],
+    applied_ok: Option<bool>,
+    label: &str,
+    tally: &mut Tally,
+) {
+    let mut page = case.page.clone();
+    IN_FUZZ.with(|f| f.set(true));
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+        let rec = match &case.stored {
+            Some(stored) => RedoRecordRef::decode(stored).ok()?,
+            None => case.rec.as_ref(),
+        };
+        let r = apply_in_chain(&mut page, case.tag, case.lsn, &rec, case.version);
+        Some(r.is_ok() && check_page(&page, rec.rmid).is_ok())
+    }));
+    IN_FUZZ.with(|f| f.set(false));
+    let why = match result {
+        Err(_) => Some("the read path panicked".to_string()),
+        Ok(ok) if ok != applied_ok => Some(format!("read path {ok:?}, apply {applied_ok:?}")),
+        Ok(Some(true)) if page != applied => Some("read path made another page".to_string()),
+        Ok(_) => None,
+    };
+    if let Some(why) = why {
+        tally.fail(why, format!("{label} {}", case.describe()));
     }
 }
 

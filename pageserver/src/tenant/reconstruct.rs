@@ -7,9 +7,11 @@
 //! timeline's PostgreSQL major). A record that cannot be applied (no
 //! native redo for its rmgr, a body stored by an older version, a redo
 //! fault) is an error naming LSN, rmgr and block: we never serve a page we
-//! cannot build. The page invariants (`redo::check_page`, O(line
-//! pointers)) are checked once, after the last PostgreSQL record of the
-//! read, not after each: a chain of n inserts costs O(n), not O(n²).
+//! cannot build. Each PostgreSQL record is applied with
+//! `redo::apply_in_chain` (the page header checked after it, O(1)); the
+//! whole page (`redo::check_page`, O(line pointers)) is checked once, after
+//! the last PostgreSQL record of the read, before the page is served: a
+//! chain of n inserts costs O(n), not O(n²).
 //!
 //! Every reconstruction counts the records it applies
 //! (`pageserver_read_records_applied`): ingest keeps that under
@@ -31,7 +33,7 @@ use crate::metrics::redo::READ_RECORDS_APPLIED;
 
 use postgres_ffi::page::{page_checksum, page_is_new, PageHeader};
 use postgres_ffi::records::{clog_set_status, vm_clear_flags, vm_clear_tail};
-use postgres_ffi::redo::{self, RedoRecord};
+use postgres_ffi::redo::{self, RedoRecordRef};
 use postgres_ffi::wal::BlockTag;
 use postgres_ffi::{PgMajorVersion, BLCKSZ};
 
@@ -219,7 +221,7 @@ fn redo_postgres(
     if body.is_empty() || !redo::has_native_redo(rmid) {
         return Err(PageReconstructError::NeedsRedo { key, lsn, rmid });
     }
-    let rec = RedoRecord::decode(body).map_err(|e| {
+    let rec = RedoRecordRef::decode(body).map_err(|e| {
         PageReconstructError::Corrupt(format!("key {key}: the stored WAL record at {lsn}: {e}"))
     })?;
     let Some(rel) = key.rel_tag().filter(|_| key.is_rel_block()) else {
@@ -238,7 +240,7 @@ fn redo_postgres(
         fork: rel.forknum,
         blkno: key.field6,
     };
-    redo::apply_without_page_check(page, tag, lsn, &rec, cluster.version)
+    redo::apply_in_chain(page, tag, lsn, &rec, cluster.version)
         .map_err(|source| PageReconstructError::Redo { key, source })?;
     Ok(PageCheck { lsn, rmid, info: rec.info, tag })
 }

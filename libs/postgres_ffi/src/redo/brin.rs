@@ -64,7 +64,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         XLOG_BRIN_SAMEPAGE_UPDATE if block == 0 => {
             let off = u16_at(main_data(ctx, 2)?, 0)?;
             page::expect_type(page, BRIN_PAGETYPE_REGULAR)?;
-            bufpage::index_tuple_overwrite(page, off, &ctx.rec.block_data)
+            bufpage::index_tuple_overwrite(page, off, ctx.rec.block_data)
         }
         XLOG_BRIN_REVMAP_EXTEND => revmap_extend(page, ctx, block),
         XLOG_BRIN_DESUMMARIZE => desummarize(page, ctx, block),
@@ -85,7 +85,7 @@ fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
 
 /// The main data, which must be at least `len` bytes.
 fn main_data<'a>(ctx: &'a Ctx, len: usize) -> Result<&'a [u8], Fault> {
-    let data = &ctx.rec.main_data[..];
+    let data = ctx.rec.main_data;
     if data.len() < len {
         return Err(Fault::Malformed(format!(
             "BRIN {} main data of {} bytes, need {len}",
@@ -141,7 +141,7 @@ fn insert_update(page: &mut [u8], ctx: &Ctx, block: u8, xlrec: &[u8]) -> Result<
                     "BRIN tuple offset {offnum} on a page of {max} items"
                 )));
             }
-            bufpage::add_item(page, &ctx.rec.block_data, offnum, true, false)?;
+            bufpage::add_item(page, ctx.rec.block_data, offnum, true, false)?;
             Ok(())
         }
         1 => {

@@ -116,6 +116,7 @@ fn lp_pos(off: u16) -> usize {
 }
 
 /// The line pointer at `off`, with no check against `pd_lower`.
+#[inline]
 fn read_lp(page: &[u8], off: u16) -> Result<ItemId, Fault> {
     let at = lp_pos(off);
     match page.get(at..at + SIZE_OF_ITEM_ID) {
@@ -125,6 +126,7 @@ fn read_lp(page: &[u8], off: u16) -> Result<ItemId, Fault> {
 }
 
 /// Store the line pointer at `off`, with no check against `pd_lower`.
+#[inline]
 fn write_lp(page: &mut [u8], off: u16, id: ItemId) -> Result<(), Fault> {
     let at = lp_pos(off);
     match page.get_mut(at..at + SIZE_OF_ITEM_ID) {
@@ -147,18 +149,60 @@ fn header(page: &[u8]) -> Result<PageHeader, Fault> {
 /// The bounds check `bufpage.c` makes before changing a page ("corrupted
 /// page pointers"); `special_aligned` adds `pd_special == MAXALIGN(pd_special)`.
 fn check_pointers(h: &PageHeader, special_aligned: bool) -> Result<(), Fault> {
-    let ordered = SIZE_OF_PAGE_HEADER_DATA <= h.lower as usize
-        && h.lower <= h.upper
-        && h.upper <= h.special
-        && h.special as usize <= BLCKSZ;
-    let aligned = !special_aligned || maxalign(h.special as usize) == h.special as usize;
-    if ordered && aligned {
-        return Ok(());
+    let b = Bounds { flags: h.flags, lower: h.lower, upper: h.upper, special: h.special };
+    b.check(special_aligned)
+}
+
+/// The header fields a page change reads and writes (`pd_flags`,
+/// `pd_lower`, `pd_upper`, `pd_special`), read and written in place, not
+/// the whole header: a read applies hundreds of records to one page.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    flags: u16,
+    lower: u16,
+    upper: u16,
+    special: u16,
+}
+
+impl Bounds {
+    /// The fields of a page that is `BLCKSZ` long.
+    #[inline]
+    fn read(page: &[u8]) -> Result<Bounds, Fault> {
+        if page.len() != BLCKSZ {
+            return Err(Fault::Page(format!("a {}-byte page, not {BLCKSZ}", page.len())));
+        }
+        let at = |o: usize| u16::from_le_bytes([page[o], page[o + 1]]);
+        Ok(Bounds { flags: at(10), lower: at(12), upper: at(14), special: at(16) })
     }
-    Err(Fault::Page(format!(
-        "corrupted page pointers: lower = {}, upper = {}, special = {}",
-        h.lower, h.upper, h.special
-    )))
+
+    /// Store the four fields, in one 8-byte store: the next [`Bounds::read`]
+    /// (an 8-byte load) then takes them from the store buffer, where four
+    /// 2-byte stores would stall it.
+    #[inline]
+    fn write(self, page: &mut [u8]) {
+        let v = u64::from(self.flags)
+            | u64::from(self.lower) << 16
+            | u64::from(self.upper) << 32
+            | u64::from(self.special) << 48;
+        page[10..18].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// [`check_pointers`].
+    #[inline]
+    fn check(self, special_aligned: bool) -> Result<(), Fault> {
+        let ordered = SIZE_OF_PAGE_HEADER_DATA <= self.lower as usize
+            && self.lower <= self.upper
+            && self.upper <= self.special
+            && self.special as usize <= BLCKSZ;
+        let aligned = !special_aligned || maxalign(self.special as usize) == self.special as usize;
+        if ordered && aligned {
+            return Ok(());
+        }
+        Err(Fault::Page(format!(
+            "corrupted page pointers: lower = {}, upper = {}, special = {}",
+            self.lower, self.upper, self.special
+        )))
+    }
 }
 
 /// `PageInit`: zero the page, empty line-pointer array, `special_size`
@@ -186,7 +230,7 @@ pub fn max_offset(page: &[u8]) -> u16 {
     if page.len() < SIZE_OF_PAGE_HEADER_DATA {
         return 0;
     }
-    let lower = PageHeader::decode(page).lower as usize;
+    let lower = u16::from_le_bytes([page[12], page[13]]) as usize; // pd_lower
     (lower.saturating_sub(SIZE_OF_PAGE_HEADER_DATA) / SIZE_OF_ITEM_ID) as u16
 }
 
@@ -257,10 +301,27 @@ pub fn add_item(
     overwrite: bool,
     is_heap: bool,
 ) -> Result<u16, Fault> {
-    let mut h = header(page)?;
-    check_pointers(&h, false)?;
-    let limit = max_offset(page) + 1;
+    add_item_with(page, item.len(), off, overwrite, is_heap, |dst| dst.copy_from_slice(item))
+}
+
+/// [`add_item`] of a `len`-byte item that `fill` writes into its place on
+/// the page (every byte of it), for a caller that builds the item: no
+/// buffer, no second copy.
+#[inline]
+pub fn add_item_with(
+    page: &mut [u8],
+    len: usize,
+    off: u16,
+    overwrite: bool,
+    is_heap: bool,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<u16, Fault> {
+    let h = Bounds::read(page)?;
+    h.check(false)?;
+    // `check`: SizeOfPageHeaderData <= pd_lower.
+    let limit = ((h.lower as usize - SIZE_OF_PAGE_HEADER_DATA) / SIZE_OF_ITEM_ID) as u16 + 1;
     let mut shuffle = false;
+    let mut flags = h.flags;
     let off = if off != 0 {
         if overwrite && off < limit {
             let id = read_lp(page, off)?;
@@ -271,8 +332,8 @@ pub fn add_item(
         shuffle = !overwrite && off < limit;
         off
     } else {
-        let (found, flags) = free_line_pointer(page, h.flags, limit)?;
-        h.flags = flags;
+        let found;
+        (found, flags) = free_line_pointer(page, h.flags, limit)?;
         found
     };
     if off > limit {
@@ -282,24 +343,25 @@ pub fn add_item(
         return Err(Fault::Page(format!("heap item offset {off} > MaxHeapTuplesPerPage")));
     }
     let lower = h.lower as usize + if off == limit || shuffle { SIZE_OF_ITEM_ID } else { 0 };
-    let aligned = maxalign(item.len());
+    let aligned = maxalign(len);
     if aligned > h.upper as usize || lower > h.upper as usize - aligned {
         return Err(Fault::Page(format!(
-            "no room for a {}-byte item: lower = {}, upper = {}",
-            item.len(),
-            h.lower,
-            h.upper
+            "no room for a {len}-byte item: lower = {}, upper = {}",
+            h.lower, h.upper
         )));
     }
     let upper = h.upper as usize - aligned;
     if shuffle {
         page.copy_within(lp_pos(off)..lp_pos(limit), lp_pos(off) + SIZE_OF_ITEM_ID);
     }
-    write_lp(page, off, ItemId::normal(upper as u16, item.len() as u16))?;
-    page[upper..upper + item.len()].copy_from_slice(item);
-    h.lower = lower as u16;
-    h.upper = upper as u16;
-    h.encode(page);
+    // What this writes keeps the invariants: the item lies in
+    // [new pd_upper, pd_special), its pointer below the new pd_lower.
+    let at = lp_pos(off);
+    debug_assert!(upper + len <= h.special as usize && at < lower);
+    let raw = ItemId::normal(upper as u16, len as u16).to_raw();
+    page[at..at + SIZE_OF_ITEM_ID].copy_from_slice(&raw.to_le_bytes()); // at + 4 <= lower <= upper
+    fill(&mut page[upper..upper + len]);
+    Bounds { flags, lower: lower as u16, upper: upper as u16, special: h.special }.write(page);
     Ok(off)
 }
 
@@ -350,12 +412,13 @@ fn is_new(page: &[u8]) -> bool {
 /// bytes below `pd_lower` are not line pointers (metapages of GIN, hash,
 /// SP-GiST, BRIN and btree; bloom's pages, written through Generic WAL),
 /// this is all that can be checked.
+#[inline]
 pub fn check_header(page: &[u8]) -> Result<(), Fault> {
-    let h = header(page)?;
-    if is_new(page) {
+    let bounds = Bounds::read(page)?.check(true);
+    if bounds.is_err() && is_new(page) {
         return Ok(());
     }
-    check_pointers(&h, true)
+    bounds
 }
 
 /// What every page with line pointers keeps: [`check_header`], and every

@@ -10,12 +10,12 @@
 
 use bytes::{Buf, BufMut, Bytes};
 
-use super::{BlockRef, RedoRecord};
+use super::{BlockRef, BlockRefs, RedoRecord, RedoRecordRef};
 use crate::wal::BlockTag;
 
 /// The encoding written today.
 pub const ENCODING_VERSION: u8 = 1;
-const BLOCK_REF_LEN: usize = 3 + 4 * 4;
+pub(super) const BLOCK_REF_LEN: usize = 3 + 4 * 4;
 const FLAG_WILL_INIT: u8 = 0x01;
 const FLAG_HAS_IMAGE: u8 = 0x02;
 
@@ -61,8 +61,27 @@ impl RedoRecord {
 
     /// Decode what [`RedoRecord::encode`] wrote; data shares `buf`'s memory.
     pub fn decode(buf: &Bytes) -> Result<RedoRecord, RedoDecodeError> {
+        let r = RedoRecordRef::decode(buf)?;
+        Ok(RedoRecord {
+            rmid: r.rmid,
+            info: r.info,
+            xid: r.xid,
+            target: r.target,
+            blocks: r.blocks.iter().collect(),
+            block_data: buf.slice_ref(r.block_data),
+            main_data: buf.slice_ref(r.main_data),
+        })
+    }
+}
+
+impl<'a> RedoRecordRef<'a> {
+    /// Decode what [`RedoRecord::encode`] wrote, borrowing `buf`: no
+    /// allocation, the block references stay in their stored form (their
+    /// length is checked here).
+    #[inline]
+    pub fn decode(buf: &'a [u8]) -> Result<RedoRecordRef<'a>, RedoDecodeError> {
         use RedoDecodeError::Malformed;
-        let mut b = &buf[..];
+        let mut b = buf;
         let Some(&version) = b.first() else { return Err(RedoDecodeError::Empty) };
         if version != ENCODING_VERSION {
             return Err(RedoDecodeError::UnknownVersion(version));
@@ -72,42 +91,50 @@ impl RedoRecord {
         }
         b.advance(1);
         let (rmid, info, xid, target) = (b.get_u8(), b.get_u8(), b.get_u32_le(), b.get_u8());
-        let nblocks = b.get_u8() as usize;
-        if b.len() < nblocks * BLOCK_REF_LEN {
+        let blocks_len = b.get_u8() as usize * BLOCK_REF_LEN;
+        let Some((blocks, mut b)) = b.split_at_checked(blocks_len) else {
             return Err(Malformed("block references"));
-        }
-        let blocks = (0..nblocks)
-            .map(|_| {
-                let (id, flags, fork) = (b.get_u8(), b.get_u8(), b.get_u8());
-                let tag = BlockTag {
-                    spc_oid: b.get_u32_le(),
-                    db_oid: b.get_u32_le(),
-                    rel_number: b.get_u32_le(),
-                    fork,
-                    blkno: b.get_u32_le(),
-                };
-                let will_init = flags & FLAG_WILL_INIT != 0;
-                BlockRef { id, tag, will_init, has_image: flags & FLAG_HAS_IMAGE != 0 }
-            })
-            .collect();
-        let take = |b: &mut &[u8]| -> Result<Bytes, RedoDecodeError> {
-            if b.len() < 4 {
-                return Err(Malformed("data length"));
-            }
-            let len = b.get_u32_le() as usize;
-            if b.len() < len {
-                return Err(Malformed("data"));
-            }
-            let at = buf.len() - b.len();
-            b.advance(len);
-            Ok(buf.slice(at..at + len))
         };
         let block_data = take(&mut b)?;
         let main_data = take(&mut b)?;
         if !b.is_empty() {
             return Err(Malformed("trailing bytes"));
         }
-        Ok(RedoRecord { rmid, info, xid, target, blocks, block_data, main_data })
+        let blocks = BlockRefs::encoded(blocks);
+        Ok(RedoRecordRef { rmid, info, xid, target, blocks, block_data, main_data })
+    }
+}
+
+/// A `u32` length and that many bytes, from the front of `b`.
+#[inline]
+fn take<'a>(b: &mut &'a [u8]) -> Result<&'a [u8], RedoDecodeError> {
+    let Some((len, rest)) = b.split_first_chunk::<4>() else {
+        return Err(RedoDecodeError::Malformed("data length"));
+    };
+    let Some((data, rest)) = rest.split_at_checked(u32::from_le_bytes(*len) as usize) else {
+        return Err(RedoDecodeError::Malformed("data"));
+    };
+    *b = rest;
+    Ok(data)
+}
+
+/// One stored block reference (`raw` holds at least [`BLOCK_REF_LEN`] bytes).
+#[inline]
+pub(super) fn block_ref(raw: &[u8]) -> BlockRef {
+    let raw: &[u8; BLOCK_REF_LEN] = raw[..BLOCK_REF_LEN].try_into().expect("a block reference");
+    let u32_at = |at: usize| u32::from_le_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
+    let (id, flags, fork) = (raw[0], raw[1], raw[2]);
+    BlockRef {
+        id,
+        tag: BlockTag {
+            spc_oid: u32_at(3),
+            db_oid: u32_at(7),
+            rel_number: u32_at(11),
+            fork,
+            blkno: u32_at(15),
+        },
+        will_init: flags & FLAG_WILL_INIT != 0,
+        has_image: flags & FLAG_HAS_IMAGE != 0,
     }
 }
 

@@ -31,7 +31,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.fork != MAIN_FORKNUM && ctx.tag.fork != INIT_FORKNUM {
         return Err(Fault::Malformed(format!("Generic record on fork {}", ctx.tag.fork)));
     }
-    apply_delta(page, &ctx.rec.block_data)?;
+    apply_delta(page, ctx.rec.block_data)?;
     zero_hole(page)
 }
 
@@ -107,7 +107,8 @@ mod tests {
             block_data: Bytes::from(delta),
             main_data: Bytes::new(),
         };
-        let ctx = Ctx { rec: &rec, tag, lsn: Lsn(0x30_0000), version: PgMajorVersion::V18 };
+        let ctx =
+            Ctx { rec: &rec.as_ref(), tag, lsn: Lsn(0x30_0000), version: PgMajorVersion::V18 };
         redo(page, &ctx)
     }
 

@@ -116,7 +116,7 @@ fn block_number(ctx: &Ctx, block: u8) -> Result<u32, Fault> {
 
 /// The main data, which must be at least `len` bytes.
 fn main_data<'a>(ctx: &'a Ctx, len: usize) -> Result<&'a [u8], Fault> {
-    let data = &ctx.rec.main_data[..];
+    let data = ctx.rec.main_data;
     if data.len() < len {
         return Err(Fault::Malformed(format!(
             "hash {} main data of {} bytes, need {len}",

@@ -120,15 +120,17 @@ pub(crate) struct Fields<'a> {
 }
 
 impl Fields<'_> {
+    #[inline]
     pub fn need(&self, len: usize) -> Result<(), Fault> {
         if self.b.len() < len {
-            return Err(Fault::Malformed(format!(
-                "{}: {} bytes, needs at least {len}",
-                self.what,
-                self.b.len()
-            )));
+            return Err(self.too_short(len));
         }
         Ok(())
+    }
+
+    #[cold]
+    fn too_short(&self, len: usize) -> Fault {
+        Fault::Malformed(format!("{}: {} bytes, needs at least {len}", self.what, self.b.len()))
     }
 
     pub fn u8(&self, at: usize) -> Result<u8, Fault> {

@@ -52,7 +52,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         }
         0x40 => visible::visible(page, ctx),
         0x50 if vm => {
-            let main = &ctx.rec.main_data[..];
+            let main = ctx.rec.main_data;
             let bits = heap::vm::VISIBILITYMAP_VALID_BITS;
             heap::vm::clear_for_block0(page, ctx, "Heap2 MULTI_INSERT", main, 0, bits)
         }
@@ -61,7 +61,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
             heap::multi_insert(page, ctx)
         }
         0x60 if vm => {
-            let main = &ctx.rec.main_data[..];
+            let main = ctx.rec.main_data;
             let bits = heap::vm::VISIBILITYMAP_ALL_FROZEN;
             heap::vm::clear_for_block0(page, ctx, "Heap2 LOCK_UPDATED", main, 7, bits)
         }

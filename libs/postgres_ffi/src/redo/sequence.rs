@@ -106,7 +106,8 @@ mod tests {
 
     fn run(rec: &RedoRecord, page: &mut [u8]) -> Result<(), Fault> {
         let tag = rec.blocks[0].tag;
-        let ctx = Ctx { rec, tag, lsn: Lsn(0x1_0000_0040), version: PgMajorVersion::V16 };
+        let ctx =
+            Ctx { rec: &rec.as_ref(), tag, lsn: Lsn(0x1_0000_0040), version: PgMajorVersion::V16 };
         redo(page, &ctx)
     }
 

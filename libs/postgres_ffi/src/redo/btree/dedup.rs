@@ -78,8 +78,8 @@ pub(super) fn dedup(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> 
     if block != 0 {
         return Err(unexpected_block(ctx, block));
     }
-    let nintervals = page::u16_at(&ctx.rec.main_data, 0)? as usize;
-    let intervals = intervals(&ctx.rec.block_data, nintervals)?;
+    let nintervals = page::u16_at(ctx.rec.main_data, 0)? as usize;
+    let intervals = intervals(ctx.rec.block_data, nintervals)?;
     let opaque = Opaque::read(page)?;
     let mut newpage = page::temp_page_copy_special(page)?;
     if !opaque.is_rightmost() {

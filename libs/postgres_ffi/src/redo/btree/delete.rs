@@ -56,11 +56,11 @@ pub(super) fn vacuum_or_delete(
     if block != 0 {
         return Err(unexpected_block(ctx, block));
     }
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let at = if vacuum { 0 } else { 4 };
     let (ndeleted, nupdated) =
         (page::u16_at(main, at)? as usize, page::u16_at(main, at + 2)? as usize);
-    apply_deletions(page, &ctx.rec.block_data, ndeleted, nupdated)?;
+    apply_deletions(page, ctx.rec.block_data, ndeleted, nupdated)?;
     let clear_cycleid = vacuum && ctx.version >= PgMajorVersion::V18;
     page::modify_opaque(page, |o| {
         o.flags &= !BTP_HAS_GARBAGE;
@@ -71,7 +71,7 @@ pub(super) fn vacuum_or_delete(
 }
 
 pub(super) fn mark_page_halfdead(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     match block {
         0 => {
             let (left, right, top) =
@@ -120,7 +120,7 @@ impl XlUnlink {
 }
 
 pub(super) fn unlink_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let xl = XlUnlink::decode(&ctx.rec.main_data)?;
+    let xl = XlUnlink::decode(ctx.rec.main_data)?;
     match block {
         0 => {
             let opaque = Opaque {

@@ -14,7 +14,7 @@ use crate::redo::{bufpage, Ctx, Fault};
 
 /// The new item's offset (`xl_btree_insert.offnum`).
 fn insert_offnum(ctx: &Ctx) -> Result<u16, Fault> {
-    page::u16_at(&ctx.rec.main_data, 0)
+    page::u16_at(ctx.rec.main_data, 0)
 }
 
 /// Block 0 of INSERT_LEAF or INSERT_POST (which has no other block).
@@ -23,7 +23,7 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx, block: u8, posting: bool) -> Re
         return Err(unexpected_block(ctx, block));
     }
     let offnum = insert_offnum(ctx)?;
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     if !posting {
         bufpage::add_item(page, data, offnum, false, false)?;
         return Ok(());
@@ -77,7 +77,7 @@ pub(super) fn insert_upper(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), 
     match block {
         0 => {
             let offnum = insert_offnum(ctx)?;
-            bufpage::add_item(page, &ctx.rec.block_data, offnum, false, false)?;
+            bufpage::add_item(page, ctx.rec.block_data, offnum, false, false)?;
             Ok(())
         }
         1 => clear_incomplete_split(page),
@@ -91,21 +91,21 @@ pub(super) fn restore_meta(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.blkno != 0 {
         return Err(Fault::Malformed(format!("btree metapage at block {}", ctx.tag.blkno)));
     }
-    let md = page::Metadata::decode(&ctx.rec.block_data)?;
+    let md = page::Metadata::decode(ctx.rec.block_data)?;
     page::restore_meta(page, &md)
 }
 
 /// NEWROOT: block 0 the new root (from scratch), block 1 the old root
 /// (left child, level > 0 only), block 2 the metapage.
 pub(super) fn newroot(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let level = page::u32_at(&ctx.rec.main_data, 4)?;
+    let level = page::u32_at(ctx.rec.main_data, 4)?;
     match block {
         0 => {
             let flags = if level == 0 { BTP_ROOT | BTP_LEAF } else { BTP_ROOT };
             let opaque = Opaque { prev: P_NONE, next: P_NONE, level, flags, cycleid: 0 };
             page::init_page(page, opaque)?;
             if level > 0 {
-                page::restore_page(page, &ctx.rec.block_data)?;
+                page::restore_page(page, ctx.rec.block_data)?;
             }
             Ok(())
         }

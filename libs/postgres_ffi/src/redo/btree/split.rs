@@ -43,7 +43,7 @@ pub(super) fn split(
     block: u8,
     newitemonleft: bool,
 ) -> Result<(), Fault> {
-    let xl = XlSplit::decode(&ctx.rec.main_data)?;
+    let xl = XlSplit::decode(ctx.rec.main_data)?;
     match block {
         0 => left_page(page, ctx, &xl, newitemonleft),
         1 => right_page(page, ctx, &xl),
@@ -61,7 +61,7 @@ fn right_page(page: &mut [u8], ctx: &Ctx, xl: &XlSplit) -> Result<(), Fault> {
     let next = ctx.rec.block(2).map_or(P_NONE, |b| b.tag.blkno);
     let flags = if xl.level == 0 { BTP_LEAF } else { 0 };
     page::init_page(page, Opaque { prev, next, level: xl.level, flags, cycleid: 0 })?;
-    page::restore_page(page, &ctx.rec.block_data)
+    page::restore_page(page, ctx.rec.block_data)
 }
 
 /// What block 0's data holds: the new item (maybe) and the left high key.
@@ -73,7 +73,7 @@ struct LeftData {
 }
 
 fn left_data(page: &[u8], ctx: &Ctx, xl: &XlSplit, newitemonleft: bool) -> Result<LeftData, Fault> {
-    let mut data = &ctx.rec.block_data[..];
+    let mut data = ctx.rec.block_data;
     let (mut newitem, mut nposting) = (None, None);
     if newitemonleft || xl.postingoff != 0 {
         let size = bufpage::maxalign(page::first_tuple(data)?.len());

@@ -53,15 +53,15 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault>
         (1, true) => Err(unexpected_block(ctx, block)),
         _ if flags & GIN_INSERT_ISDATA == 0 => {
             expect_flags(page, 0, GIN_DATA, "an entry page")?;
-            insert_entry(page, right_child, &ctx.rec.block_data)
+            insert_entry(page, right_child, ctx.rec.block_data)
         }
         (_, true) => {
             expect_flags(page, GIN_DATA | GIN_LEAF, 0, "a data leaf")?;
-            leaf::recompress(page, &ctx.rec.block_data)
+            leaf::recompress(page, ctx.rec.block_data)
         }
         (_, false) => {
             expect_flags(page, GIN_DATA, GIN_LEAF, "an internal data page")?;
-            insert_posting_item(page, right_child, &ctx.rec.block_data)
+            insert_posting_item(page, right_child, ctx.rec.block_data)
         }
     }
 }

@@ -51,7 +51,7 @@ pub(super) fn update_meta(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), F
     if ntuples <= 0 {
         return modify_opaque(page, |o| o.rightlink = new_rightlink);
     }
-    let tuples = packed_tuples(&ctx.rec.block_data, ntuples as usize)?;
+    let tuples = packed_tuples(ctx.rec.block_data, ntuples as usize)?;
     let first = if is_empty(page) { 1 } else { bufpage::max_offset(page) + 1 };
     add_tuples(page, &tuples, first)?;
     modify_opaque(page, |o| o.maxoff = o.maxoff.wrapping_add(1))
@@ -70,7 +70,7 @@ pub(super) fn insert_list_page(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> 
     if ntuples < 0 {
         return Err(Fault::Malformed(format!("GIN INSERT_LISTPAGE of {ntuples} tuples")));
     }
-    let tuples = packed_tuples(&ctx.rec.block_data, ntuples as usize)?;
+    let tuples = packed_tuples(ctx.rec.block_data, ntuples as usize)?;
     init_page(page, GIN_LIST)?;
     modify_opaque(page, |o| {
         o.rightlink = rightlink;

@@ -19,7 +19,7 @@ use crate::page::PageHeader;
 /// `ginRedoVacuumDataLeafPage`.
 pub(super) fn vacuum_data_leaf(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     expect_flags(page, GIN_DATA | GIN_LEAF, 0, "a data leaf")?;
-    leaf::recompress(page, &ctx.rec.block_data)
+    leaf::recompress(page, ctx.rec.block_data)
 }
 
 /// `ginRedoDeletePage` for one of its three pages.

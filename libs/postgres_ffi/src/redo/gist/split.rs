@@ -50,7 +50,7 @@ impl XlSplit {
 }
 
 pub(super) fn page_split(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let xl = XlSplit::decode(&ctx.rec.main_data)?;
+    let xl = XlSplit::decode(ctx.rec.main_data)?;
     match block {
         0 => page::clear_follow_right(page, ctx.lsn.0),
         b if (b as u16) <= xl.npage => split_page(page, ctx, &xl, b),
@@ -80,7 +80,7 @@ fn split_page(page: &mut [u8], ctx: &Ctx, xl: &XlSplit, block: u8) -> Result<(),
         opaque.rightlink = INVALID_BLOCK;
     }
     page::init_page(page, opaque)?;
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     let num = page::u32_at(data, 0)? as usize;
     let tuples = page::tuples(&data[4..])?;
     if tuples.len() != num {

@@ -29,14 +29,14 @@ const PAGE_UPDATE_SIZE: usize = 4;
 const PAGE_DELETE_SIZE: usize = 10;
 
 pub(super) fn page_update(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     if main.len() < PAGE_UPDATE_SIZE {
         return Err(Fault::Malformed(format!("gistxlogPageUpdate of {} bytes", main.len())));
     }
     match block {
         0 => {
             let (ntodelete, ntoinsert) = (page::u16_at(main, 0)?, page::u16_at(main, 2)?);
-            update_page(page, &ctx.rec.block_data, ntodelete as usize, ntoinsert as usize)
+            update_page(page, ctx.rec.block_data, ntodelete as usize, ntoinsert as usize)
         }
         1 => page::clear_follow_right(page, ctx.lsn.0),
         _ => Err(unexpected_block(ctx, block)),
@@ -80,7 +80,7 @@ pub(super) fn delete(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault>
     if block != 0 {
         return Err(unexpected_block(ctx, block));
     }
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let ntodelete = page::u16_at(main, 4)? as usize;
     let header_size = if ctx.version >= PgMajorVersion::V16 { 8 } else { 6 };
     if main.len() < header_size {
@@ -99,7 +99,7 @@ pub(super) fn delete(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault>
 
 /// PAGE_DELETE: block 0 the deleted (empty) leaf, block 1 its parent.
 pub(super) fn page_delete(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     if main.len() < PAGE_DELETE_SIZE {
         return Err(Fault::Malformed(format!("gistxlogPageDelete of {} bytes", main.len())));
     }

@@ -23,7 +23,7 @@ const SPLIT_META_UPDATE_SPLITPOINT: u8 = 1 << 1;
 
 /// Block data that must be exactly one u32.
 fn data_u32(ctx: &Ctx, what: &str) -> Result<u32, Fault> {
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     if data.len() != 4 {
         return Err(Fault::Malformed(format!(
             "hash {what}: {} bytes of block data, not 4",
@@ -74,7 +74,7 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault>
     match block {
         0 => {
             let offnum = page::u16_at(main_data(ctx, 2)?, 0)?;
-            bufpage::add_item(page, &ctx.rec.block_data, offnum, false, false)?;
+            bufpage::add_item(page, ctx.rec.block_data, offnum, false, false)?;
             Ok(())
         }
         1 => {
@@ -149,7 +149,7 @@ pub(super) fn split_allocate_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Resu
 /// `flags` the new masks and the new splitpoint's spare count.
 fn split_meta(page: &mut [u8], ctx: &Ctx, new_bucket: u32, flags: u8) -> Result<(), Fault> {
     check_meta_block(ctx)?;
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     let mut at = 0;
     let mut next = || {
         let v = page::u32_at(data, at);

@@ -41,7 +41,7 @@ fn offsets(ctx: &Ctx, data: &[u8]) -> Result<Vec<u16>, Fault> {
 /// Add the logged tuples of a write page at their logged offsets
 /// (`ntups` offsets, then the tuples).
 fn add_tuples(page: &mut [u8], ctx: &Ctx, ntups: usize) -> Result<(), Fault> {
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     let Some(offs) = data.get(..2 * ntups) else {
         return Err(Fault::Malformed(format!(
             "hash {}: {} bytes for {ntups} offsets",
@@ -85,7 +85,7 @@ fn locked_only(page: &[u8]) -> Result<(), Fault> {
 
 /// Delete the items the target block's data lists.
 fn delete_logged(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let offs = offsets(ctx, &ctx.rec.block_data)?;
+    let offs = offsets(ctx, ctx.rec.block_data)?;
     bufpage::index_multi_delete(page, &offs)
 }
 
@@ -139,7 +139,7 @@ pub(super) fn squeeze_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), 
 
 /// The target block's data as one u32.
 fn block_u32(ctx: &Ctx) -> Result<u32, Fault> {
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     if data.len() != 4 {
         return Err(Fault::Malformed(format!(
             "hash {}: {} bytes of block data, not 4",

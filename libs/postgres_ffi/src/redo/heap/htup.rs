@@ -195,14 +195,26 @@ impl XlHeader {
 /// ctid = (`blkno`, `off`), then `body` (null bitmap, padding, data).
 pub fn build_tuple(h: XlHeader, body: &[u8], xid: u32, blkno: u32, off: u16) -> Vec<u8> {
     let mut t = vec![0u8; HEADER_LEN + body.len()];
-    t[HEADER_LEN..].copy_from_slice(body);
-    set_infomask2(&mut t, h.infomask2);
-    set_infomask(&mut t, h.infomask);
-    t[HOFF_AT] = h.hoff;
-    set_xmin(&mut t, xid);
-    set_first_command_id(&mut t);
-    set_ctid(&mut t, blkno, off);
+    write_tuple(&mut t, h, body, xid, blkno, off);
     t
+}
+
+/// [`build_tuple`] into `t` (`HEADER_LEN + body.len()` bytes, e.g. the
+/// tuple's place on the page), every byte of it written.
+#[inline]
+pub fn write_tuple(t: &mut [u8], h: XlHeader, body: &[u8], xid: u32, blkno: u32, off: u16) {
+    assert_eq!(t.len(), HEADER_LEN + body.len(), "a tuple's place fits it");
+    // Built on the stack (fixed offsets: no bounds checks), stored at once.
+    let mut header = [0u8; HEADER_LEN];
+    set_infomask2(&mut header, h.infomask2);
+    set_infomask(&mut header, h.infomask);
+    header[HOFF_AT] = h.hoff;
+    set_xmin(&mut header, xid);
+    set_first_command_id(&mut header);
+    set_ctid(&mut header, blkno, off);
+    let (head, rest) = t.split_at_mut(HEADER_LEN);
+    head.copy_from_slice(&header);
+    rest.copy_from_slice(body);
 }
 
 /// `PageSetPrunable`: `pd_prune_xid` = `xid` unless it holds an older one.

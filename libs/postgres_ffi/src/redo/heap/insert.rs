@@ -15,7 +15,7 @@
 //! `XLH_INSERT_ALL_VISIBLE_CLEARED` and set by `XLH_INSERT_ALL_FROZEN_SET`
 //! (multi-insert only).
 
-use super::htup::{build_tuple, page_set_all_visible, XlHeader, XL_HEAP_HEADER_LEN};
+use super::htup::{page_set_all_visible, write_tuple, XlHeader, HEADER_LEN, XL_HEAP_HEADER_LEN};
 use super::{block_no, Fields, XLOG_HEAP_INIT_PAGE};
 use crate::redo::bufpage;
 use crate::redo::{Ctx, Fault};
@@ -28,19 +28,20 @@ const MULTI_INSERT_TUPLE_LEN: usize = 7;
 
 /// Redo of Heap INSERT on block 0.
 pub(super) fn insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let main = Fields { b: &ctx.rec.main_data, what: "Heap INSERT main data" };
+    let main = Fields { b: ctx.rec.main_data, what: "Heap INSERT main data" };
     let (offnum, flags) = (main.u16(0)?, main.u8(2)?);
     if ctx.rec.info & XLOG_HEAP_INIT_PAGE != 0 {
         bufpage::page_init(page, 0);
     }
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     if data.len() <= XL_HEAP_HEADER_LEN || data.len() - XL_HEAP_HEADER_LEN > MAX_HEAP_TUPLE_BYTES {
         return Err(Fault::Malformed(format!("Heap INSERT: {} bytes of tuple data", data.len())));
     }
     let header = XlHeader::decode(data)?;
-    let tuple =
-        build_tuple(header, &data[XL_HEAP_HEADER_LEN..], ctx.rec.xid, ctx.tag.blkno, offnum);
-    put_tuple(page, &tuple, offnum)?;
+    let body = &data[XL_HEAP_HEADER_LEN..];
+    put_tuple_with(page, HEADER_LEN + body.len(), offnum, |t| {
+        write_tuple(t, header, body, ctx.rec.xid, ctx.tag.blkno, offnum)
+    })?;
     if flags & XLH_INSERT_ALL_VISIBLE_CLEARED != 0 {
         page_set_all_visible(page, false);
     }
@@ -50,11 +51,22 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 /// `PageAddItem(page, tuple, offnum, overwrite, is_heap)` after checking the
 /// offset is at most one past the end, as heap redo does.
 pub(super) fn put_tuple(page: &mut [u8], tuple: &[u8], offnum: u16) -> Result<(), Fault> {
+    put_tuple_with(page, tuple.len(), offnum, |dst| dst.copy_from_slice(tuple))
+}
+
+/// [`put_tuple`] of a `len`-byte tuple that `fill` writes in place.
+#[inline]
+fn put_tuple_with(
+    page: &mut [u8],
+    len: usize,
+    offnum: u16,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<(), Fault> {
     let max = bufpage::max_offset(page);
     if u32::from(offnum) > u32::from(max) + 1 {
         return Err(Fault::Page(format!("tuple offset {offnum} is past {max} + 1")));
     }
-    let got = bufpage::add_item(page, tuple, offnum, true, true)?;
+    let got = bufpage::add_item_with(page, len, offnum, true, true, fill)?;
     if got != offnum {
         return Err(Fault::Page(format!("tuple went to offset {got}, not {offnum}")));
     }
@@ -91,12 +103,12 @@ impl MultiInsert<'_> {
 /// Redo of Heap2 MULTI_INSERT on block 0.
 pub(crate) fn multi_insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let init = ctx.rec.info & XLOG_HEAP_INIT_PAGE != 0;
-    let rec = MultiInsert::decode(&ctx.rec.main_data, init)?;
+    let rec = MultiInsert::decode(ctx.rec.main_data, init)?;
     let blkno = block_no(ctx, 0, "Heap2 MULTI_INSERT")?;
     if init {
         bufpage::page_init(page, 0);
     }
-    let data = &ctx.rec.block_data[..];
+    let data = ctx.rec.block_data;
     let mut at = 0usize;
     for i in 0..rec.ntuples {
         let offnum = rec.offset(i, init)?;
@@ -107,8 +119,9 @@ pub(crate) fn multi_insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         let header = XlHeader::decode(&d.b[2..])?;
         d.need(MULTI_INSERT_TUPLE_LEN + datalen)?;
         let body = &d.b[MULTI_INSERT_TUPLE_LEN..MULTI_INSERT_TUPLE_LEN + datalen];
-        let tuple = build_tuple(header, body, ctx.rec.xid, blkno, offnum);
-        put_tuple(page, &tuple, offnum)?;
+        put_tuple_with(page, HEADER_LEN + body.len(), offnum, |t| {
+            write_tuple(t, header, body, ctx.rec.xid, blkno, offnum)
+        })?;
         at += MULTI_INSERT_TUPLE_LEN + datalen;
     }
     if at != data.len() {

@@ -38,7 +38,7 @@ impl XmaxRecord {
 
 /// Redo of Heap DELETE on block 0.
 pub(super) fn delete(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let rec = XmaxRecord::decode(&ctx.rec.main_data, "Heap DELETE main data")?;
+    let rec = XmaxRecord::decode(ctx.rec.main_data, "Heap DELETE main data")?;
     let t = normal_tuple_mut(page, rec.offnum)?;
     htup::reset_xmax_bits(t, rec.infobits);
     htup::set_infomask2(t, htup::infomask2(t) & !HEAP_HOT_UPDATED);
@@ -62,7 +62,7 @@ pub(super) fn delete(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// Redo of Heap LOCK on block 0.
 pub(super) fn lock(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let rec = XmaxRecord::decode(&ctx.rec.main_data, "Heap LOCK main data")?;
+    let rec = XmaxRecord::decode(ctx.rec.main_data, "Heap LOCK main data")?;
     let t = normal_tuple_mut(page, rec.offnum)?;
     htup::reset_xmax_bits(t, rec.infobits);
     if htup::xmax_is_locked_only(htup::infomask(t)) {
@@ -76,7 +76,7 @@ pub(super) fn lock(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// Redo of Heap2 LOCK_UPDATED on block 0 (no cmax, no ctid change).
 pub(crate) fn lock_updated(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let rec = XmaxRecord::decode(&ctx.rec.main_data, "Heap2 LOCK_UPDATED main data")?;
+    let rec = XmaxRecord::decode(ctx.rec.main_data, "Heap2 LOCK_UPDATED main data")?;
     let t = normal_tuple_mut(page, rec.offnum)?;
     htup::reset_xmax_bits(t, rec.infobits);
     htup::set_xmax(t, rec.xmax);
@@ -86,7 +86,7 @@ pub(crate) fn lock_updated(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 /// Redo of Heap CONFIRM on block 0: the speculative token in t_ctid
 /// becomes the tuple's own TID.
 pub(super) fn confirm(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let offnum = Fields { b: &ctx.rec.main_data, what: "Heap CONFIRM main data" }.u16(0)?;
+    let offnum = Fields { b: ctx.rec.main_data, what: "Heap CONFIRM main data" }.u16(0)?;
     let t = normal_tuple_mut(page, offnum)?;
     htup::set_ctid(t, ctx.tag.blkno, offnum);
     Ok(())
@@ -95,10 +95,10 @@ pub(super) fn confirm(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 /// Redo of Heap INPLACE on block 0: the tuple's data after `t_hoff` is
 /// replaced by the block data, which must be exactly as long.
 pub(super) fn inplace(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let offnum = Fields { b: &ctx.rec.main_data, what: "Heap INPLACE main data" }.u16(0)?;
+    let offnum = Fields { b: ctx.rec.main_data, what: "Heap INPLACE main data" }.u16(0)?;
     let t = normal_tuple_mut(page, offnum)?;
     let hoff = htup::hoff(t) as usize;
-    let new = &ctx.rec.block_data[..];
+    let new = ctx.rec.block_data;
     if hoff > t.len() || t.len() - hoff != new.len() {
         return Err(Fault::Page(format!(
             "Heap INPLACE: tuple {offnum} has {} data bytes after t_hoff {hoff}, record {}",

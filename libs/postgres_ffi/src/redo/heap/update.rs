@@ -60,7 +60,7 @@ pub(crate) fn new_and_old_blocks(ctx: &Ctx) -> Result<(u32, u32), Fault> {
 }
 
 pub(super) fn update(page: &mut [u8], ctx: &Ctx, hot: bool) -> Result<(), Fault> {
-    let rec = XlUpdate::decode(&ctx.rec.main_data)?;
+    let rec = XlUpdate::decode(ctx.rec.main_data)?;
     let (newblk, _) = new_and_old_blocks(ctx)?;
     let same_page = ctx.rec.block(1).is_none();
     if ctx.rec.target == 1 || same_page {
@@ -97,7 +97,7 @@ fn old_tuple(
 }
 
 fn new_tuple(page: &mut [u8], ctx: &Ctx, rec: &XlUpdate, same_page: bool) -> Result<(), Fault> {
-    let data = Fields { b: &ctx.rec.block_data, what: "Heap UPDATE new tuple" };
+    let data = Fields { b: ctx.rec.block_data, what: "Heap UPDATE new tuple" };
     let mut at = 0;
     let mut lens = [0usize; 2];
     for (i, flag) in

@@ -29,7 +29,7 @@ const XLH_ALL_VISIBLE_CLEARED: u8 = 0x01;
 
 /// Redo of a Heap (rmgr 10) record on its VM block reference.
 pub(super) fn redo_heap_record(page: &mut [u8], ctx: &Ctx, op: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     match op {
         0x00 => clear_for_block0(page, ctx, "Heap INSERT", main, 2, VISIBILITYMAP_VALID_BITS),
         0x10 => clear_for_block0(page, ctx, "Heap DELETE", main, 7, VISIBILITYMAP_VALID_BITS),
@@ -60,7 +60,7 @@ pub(crate) fn clear_for_block0(
 
 fn update(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     expect_vm_block(ctx, "Heap UPDATE", &[2, 3])?;
-    let rec = XlUpdate::decode(&ctx.rec.main_data)?;
+    let rec = XlUpdate::decode(ctx.rec.main_data)?;
     let (newblk, oldblk) = new_and_old_blocks(ctx)?;
     let old_cleared = rec.flags & XLH_UPDATE_OLD_ALL_VISIBLE_CLEARED != 0;
     if ctx.rec.target == 3 {

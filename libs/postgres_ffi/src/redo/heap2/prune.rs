@@ -149,10 +149,10 @@ fn execute_plans(
 
 /// 15/16 PRUNE.
 pub(super) fn prune_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let main = Fields { b: &ctx.rec.main_data, what: "Heap2 PRUNE main data" };
+    let main = Fields { b: ctx.rec.main_data, what: "Heap2 PRUNE main data" };
     main.need(if ctx.version == PgMajorVersion::V15 { 8 } else { 9 })?;
     let (nredirected, ndead) = (main.u16(4)? as usize, main.u16(6)? as usize);
-    let all = offsets(&ctx.rec.block_data, "Heap2 PRUNE")?;
+    let all = offsets(ctx.rec.block_data, "Heap2 PRUNE")?;
     if all.len() < 2 * nredirected + ndead {
         return Err(Fault::Malformed(format!(
             "Heap2 PRUNE: {} offsets for {nredirected} redirects and {ndead} dead",
@@ -166,8 +166,8 @@ pub(super) fn prune_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// 15/16 VACUUM.
 pub(super) fn vacuum_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let nunused = Fields { b: &ctx.rec.main_data, what: "Heap2 VACUUM main data" }.u16(0)?;
-    let all = offsets(&ctx.rec.block_data, "Heap2 VACUUM")?;
+    let nunused = Fields { b: ctx.rec.main_data, what: "Heap2 VACUUM main data" }.u16(0)?;
+    let all = offsets(ctx.rec.block_data, "Heap2 VACUUM")?;
     let Some(unused) = all.get(..nunused as usize) else {
         return Err(Fault::Malformed(format!("Heap2 VACUUM: {} of {nunused} offsets", all.len())));
     };
@@ -180,9 +180,9 @@ pub(super) fn vacuum_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// 15/16 FREEZE_PAGE.
 pub(super) fn freeze_page_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let main = Fields { b: &ctx.rec.main_data, what: "Heap2 FREEZE_PAGE main data" };
+    let main = Fields { b: ctx.rec.main_data, what: "Heap2 FREEZE_PAGE main data" };
     let n = main.u16(4)? as usize;
-    let data = Fields { b: &ctx.rec.block_data, what: "Heap2 FREEZE_PAGE block data" };
+    let data = Fields { b: ctx.rec.block_data, what: "Heap2 FREEZE_PAGE block data" };
     if ctx.version == PgMajorVersion::V16 {
         main.need(7)?;
         let plans = decode_plans(&data, n)?;
@@ -205,8 +205,8 @@ pub(super) fn freeze_page_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// 17/18 PRUNE_ON_ACCESS, PRUNE_VACUUM_SCAN, PRUNE_VACUUM_CLEANUP.
 pub(super) fn prune_freeze_v17(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let flags = Fields { b: &ctx.rec.main_data, what: "Heap2 PRUNE main data" }.u8(1)?;
-    let data = &ctx.rec.block_data[..];
+    let flags = Fields { b: ctx.rec.main_data, what: "Heap2 PRUNE main data" }.u8(1)?;
+    let data = ctx.rec.block_data;
     let mut at = 0usize;
     let mut plans = Vec::new();
     if flags & XLHP_HAS_FREEZE_PLANS != 0 {

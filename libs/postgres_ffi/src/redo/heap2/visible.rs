@@ -20,7 +20,7 @@ use crate::redo::heap::{block_no, Fields};
 use crate::redo::{Ctx, Fault};
 
 pub(super) fn visible(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
-    let flags = Fields { b: &ctx.rec.main_data, what: "Heap2 VISIBLE main data" }.u8(4)?;
+    let flags = Fields { b: ctx.rec.main_data, what: "Heap2 VISIBLE main data" }.u8(4)?;
     match (ctx.rec.target, ctx.tag.fork) {
         (1, MAIN_FORKNUM) => {
             page_set_all_visible(page, true);

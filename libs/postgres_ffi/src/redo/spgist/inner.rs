@@ -38,7 +38,7 @@ const SPLIT_TUPLE_SIZE: usize = 6;
 const PICKSPLIT_SIZE: usize = 28;
 
 pub(super) fn add_node(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let (off, new_off) = (page::u16_at(main, 0)?, page::u16_at(main, 2)?);
     let parent_blk =
         *main.get(5).ok_or_else(|| Fault::Malformed("spgxlogAddNode cut short".into()))? as i8;
@@ -82,7 +82,7 @@ pub(super) fn add_node(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Faul
 }
 
 pub(super) fn split_tuple(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let (prefix_off, postfix_off) = (page::u16_at(main, 0)?, page::u16_at(main, 2)?);
     let postfix_same = page::flag_at(main, 5)?;
     let tuples = main.get(SPLIT_TUPLE_SIZE..).unwrap_or_default();
@@ -146,7 +146,7 @@ impl PickSplit<'_> {
 }
 
 pub(super) fn pick_split(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let xl = PickSplit::decode(main)?;
     let inner_off = page::u16_at(main, 8)?;
     let stores_nulls = page::flag_at(main, 11)?;

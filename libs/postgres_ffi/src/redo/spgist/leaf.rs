@@ -29,7 +29,7 @@ const ADD_LEAF_SIZE: usize = 10;
 const MOVE_LEAFS_SIZE: usize = 20;
 
 pub(super) fn add_leaf(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let leaf_off = page::u16_at(main, 2)?;
     let head_off = page::u16_at(main, 4)?;
     let parent_off = page::u16_at(main, 6)?;
@@ -84,7 +84,7 @@ impl MoveLeafs<'_> {
 }
 
 pub(super) fn move_leafs(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let xl = MoveLeafs::decode(main)?;
     let dest_blkno = block_tag(ctx, 1)?.blkno;
     match block {

@@ -32,7 +32,7 @@ pub(super) fn vacuum_leaf(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), F
     if block != 0 {
         return Err(unexpected_block(ctx, block));
     }
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let count = |at| page::u16_at(main, at).map(usize::from);
     let (n_dead, n_placeholder, n_move, n_chain) = (count(0)?, count(2)?, count(4)?, count(6)?);
     let mut at = VACUUM_LEAF_SIZE;
@@ -63,7 +63,7 @@ pub(super) fn vacuum_root(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), F
     if block != 0 {
         return Err(unexpected_block(ctx, block));
     }
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let n = page::u16_at(main, 0)? as usize;
     let to_delete = page::offsets(main, VACUUM_ROOT_SIZE, n)?;
     if !to_delete.is_empty() {
@@ -76,7 +76,7 @@ pub(super) fn vacuum_redirect(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(
     if block != 0 {
         return Err(unexpected_block(ctx, block));
     }
-    let main = &ctx.rec.main_data[..];
+    let main = ctx.rec.main_data;
     let n = page::u16_at(main, 0)?;
     let first_placeholder = page::u16_at(main, 2)?;
     let offsets_at = if ctx.version >= PgMajorVersion::V16 { 10 } else { 8 };
