@@ -291,6 +291,13 @@ pub struct RedoError {
     pub fault: Fault,
 }
 
+impl RedoError {
+    /// `fault` of redo of `rec` on block `tag`, the record ending at `lsn`.
+    fn of(rec: &RedoRecordRef<'_>, tag: BlockTag, lsn: Lsn, fault: Fault) -> Self {
+        RedoError { lsn, rmid: rec.rmid, info: rec.info, tag, fault }
+    }
+}
+
 /// What a per-rmgr redo function gets besides the page.
 pub(crate) struct Ctx<'a> {
     pub rec: &'a RedoRecordRef<'a>,
@@ -349,13 +356,7 @@ pub fn apply<'a>(
 ) -> Result<(), RedoError> {
     let rec = rec.into();
     redo(page, tag, lsn, &rec, version)?;
-    check_page(page, rec.rmid).map_err(|fault| RedoError {
-        lsn,
-        rmid: rec.rmid,
-        info: rec.info,
-        tag,
-        fault,
-    })
+    check_page(page, rec.rmid).map_err(|fault| RedoError::of(&rec, tag, lsn, fault))
 }
 
 /// [`apply`] for one record of a chain applied to one page (a read): the
@@ -375,13 +376,7 @@ pub fn apply_in_chain(
     version: PgMajorVersion,
 ) -> Result<(), RedoError> {
     redo(page, tag, lsn, rec, version)?;
-    bufpage::check_header(page).map_err(|fault| RedoError {
-        lsn,
-        rmid: rec.rmid,
-        info: rec.info,
-        tag,
-        fault,
-    })
+    bufpage::check_header(page).map_err(|fault| RedoError::of(rec, tag, lsn, fault))
 }
 
 /// The rmgr's redo of `rec` on `page`, and `pd_lsn`; no page check.
@@ -393,7 +388,7 @@ fn redo(
     rec: &RedoRecordRef<'_>,
     version: PgMajorVersion,
 ) -> Result<(), RedoError> {
-    let error = |fault| RedoError { lsn, rmid: rec.rmid, info: rec.info, tag, fault };
+    let error = |fault| RedoError::of(rec, tag, lsn, fault);
     if page.len() != BLCKSZ {
         return Err(error(Fault::Page(format!("a {}-byte page, not {BLCKSZ}", page.len()))));
     }
