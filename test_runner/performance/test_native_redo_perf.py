@@ -169,7 +169,9 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request,
         profiler.send_signal(signal.SIGINT)
         profiler.wait(timeout=120)
     ours_start = streaming_from(ps)
-    ingested = http.metrics().value("pageserver_wal_ingest_records_total")  # counters restart with the daemon
+    metrics = http.metrics()
+    ingested = metrics.value("pageserver_wal_ingest_records_total")  # counters restart with the daemon
+    index_cache_mb = round(metrics.value("pageserver_layer_index_cache_bytes") / 2**20, 1)
     stats = waldump_stats(pg, start_lsn, end_lsn)
 
     floor_mib = (parse_lsn(end_lsn) - parse_lsn(start_lsn)) / 2**20
@@ -191,6 +193,7 @@ def test_ordinary_wal_catch_up(pageserver, vanilla_pg, test_output_dir, request,
         "pg_receivewal_cpu_s": round(floor_cpu_s, 2),
         "pageserver_cpu_s": round(ours_cpu_s, 2),
         "pageserver_peak_rss_mb": ours_peak_mb,
+        "layer_index_cache_mb": index_cache_mb,  # bounded by layer_index_cache_size, part of the peak
         "pg_receivewal_mib_per_cpu_s": round(floor_mib / max(0.01, floor_cpu_s), 1),
         "pageserver_mib_per_cpu_s": round(ours_mib / ours_cpu_s, 1),
         "load_average_1m": round(os.getloadavg()[0], 1),
