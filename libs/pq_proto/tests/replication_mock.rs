@@ -128,6 +128,11 @@ async fn end_timeline_1_then_identify(f: &mut Fake) {
     backend::command_complete(&mut out, "START_REPLICATION");
     backend::ready_for_query(&mut out);
     f.send(out).await;
+    answer_identify_system(f).await;
+}
+
+/// The client's `IDENTIFY_SYSTEM`, and its answer.
+async fn answer_identify_system(f: &mut Fake) {
     f.expect_query("IDENTIFY_SYSTEM").await;
     let mut out = BytesMut::new();
     identify_system_answer(&mut out);
@@ -230,10 +235,7 @@ async fn client_stop_discards_wal_in_flight() {
         backend::command_complete(&mut out, "START_REPLICATION");
         backend::ready_for_query(&mut out);
         f.send(out).await;
-        f.expect_query("IDENTIFY_SYSTEM").await;
-        let mut out = BytesMut::new();
-        identify_system_answer(&mut out);
-        f.send(out).await;
+        answer_identify_system(&mut f).await;
     })
     .await;
     let mut repl = ReplicationClient::connect(&url).await.unwrap();
