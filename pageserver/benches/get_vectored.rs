@@ -1,5 +1,5 @@
-//! `get_vectored` of 32 keys (8 KiB pages), from an in-memory layer and from
-//! L0 files. Baseline in the same run: 32 `pread`s of 8 KiB at the same
+//! `get_vectored` of 32 keys and of 1 key (8 KiB pages), from an in-memory
+//! layer and from L0 files. Baseline in the same run: 32 `pread`s of 8 KiB at the same
 //! spread of offsets in a plain file — the cost of the IO alone.
 
 mod common;
@@ -7,6 +7,7 @@ mod common;
 use std::os::unix::fs::FileExt;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use pageserver::tenant::ReadKind;
 use utils::lsn::Lsn;
 
 const PAGES: usize = 20_000;
@@ -47,17 +48,29 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 rt.block_on(async {
-                    let res = env
-                        .tl
-                        .get_vectored(&queries, pageserver::tenant::ReadKind::PageRequestHandler)
-                        .await
-                        .unwrap();
+                    let res =
+                        env.tl.get_vectored(&queries, ReadKind::PageRequestHandler).await.unwrap();
                     assert!(res
                         .iter()
                         .all(|r| r.as_ref().map(|p| p.len() == 8192).unwrap_or(false)));
                 })
             })
         });
+        // One key per get, as a client waiting on each page asks (queue
+        // depth 1): the fixed cost of a get, the picks in turn.
+        let one = format!("{}_1_key", name.trim_end_matches("_32_keys"));
+        g.throughput(Throughput::Elements(1));
+        let mut next = queries.iter().cycle();
+        g.bench_function(one, |b| {
+            b.iter(|| {
+                let q = [*next.next().unwrap()];
+                rt.block_on(async {
+                    let res = env.tl.get_vectored(&q, ReadKind::PageRequestHandler).await.unwrap();
+                    assert_eq!(res[0].as_ref().map(|p| p.len()).ok(), Some(8192));
+                })
+            })
+        });
+        g.throughput(Throughput::Elements(32));
         rt.block_on(env.mgr.shutdown());
     }
     g.finish();

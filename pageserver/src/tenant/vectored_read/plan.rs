@@ -5,7 +5,6 @@
 //! from disk or a layer downloaded. A planned query holds the open layer
 //! file it planned with.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -108,7 +107,9 @@ pub(super) async fn finish_plans(
     }
     let plans = plans.into_iter().map(|p| p.expect("every query is planned"));
     let mut layers: Vec<PlannedLayer> = Vec::new();
-    let mut layer_index: HashMap<usize, usize> = HashMap::new();
+    // A get reads few layers: a linear search beats hashing (and a
+    // `HashMap`'s random seed and allocation per get).
+    let mut ids: SmallVec<[usize; 4]> = SmallVec::new();
     for (q, p) in uniq.iter_mut().zip(plans) {
         let (walked, complete) = match p {
             Ok(p) => p,
@@ -119,8 +120,10 @@ pub(super) async fn finish_plans(
         };
         q.complete = complete;
         for (layer, lsn, blob) in walked {
-            let li = *layer_index.entry(layer.id()).or_insert_with(|| {
-                layers.push(layer.clone());
+            let id = layer.id();
+            let li = ids.iter().position(|&i| i == id).unwrap_or_else(|| {
+                ids.push(id);
+                layers.push(layer);
                 layers.len() - 1
             });
             q.plan.push((li, lsn, blob));
