@@ -43,7 +43,11 @@
 //! (std-fs) the head would be read before the tail is planned anyway: one
 //! part.
 //!
-//! Chunk reads run concurrently: those of layer files as one batch of the
+//! A part whose values are all in one chunk of a layer file (a single
+//! page, as a rule: a client waiting on each page) reads it with one
+//! engine read, without the waves below (`Part::read_one`).
+//!
+//! Otherwise chunk reads run concurrently: those of layer files as one batch of the
 //! IO engine per wave (with io-uring, submitted together, one
 //! `io_uring_enter` per group of 2, and all in flight at once), those of
 //! in-memory layers beside it. They are bounded three ways: at most
