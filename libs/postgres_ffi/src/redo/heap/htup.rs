@@ -248,15 +248,14 @@ fn transaction_id_precedes(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
-/// Set or clear `PD_ALL_VISIBLE`.
+/// Set or clear `PD_ALL_VISIBLE`: `pd_flags` (bytes 10-11) alone, not
+/// the whole header decoded and written back.
+#[inline]
 pub fn page_set_all_visible(page: &mut [u8], on: bool) {
-    let mut h = PageHeader::decode(page);
-    if on {
-        h.flags |= PD_ALL_VISIBLE;
-    } else {
-        h.flags &= !PD_ALL_VISIBLE;
-    }
-    h.encode(page);
+    const PD_FLAGS_AT: usize = 10;
+    let flags = u16_at(page, PD_FLAGS_AT);
+    let flags = if on { flags | PD_ALL_VISIBLE } else { flags & !PD_ALL_VISIBLE };
+    put_u16(page, PD_FLAGS_AT, flags);
 }
 
 #[cfg(test)]
