@@ -47,7 +47,7 @@ const MAIN_FORKNUM: u8 = 0;
 /// Redo of block `ctx.rec.target` of a BRIN record on `page`.
 pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.fork != MAIN_FORKNUM {
-        return Err(Fault::Malformed(format!("BRIN {} on fork {}", name(ctx), ctx.tag.fork)));
+        return Err(Fault::malformed(format!("BRIN {} on fork {}", name(ctx), ctx.tag.fork)));
     }
     let block = ctx.rec.target;
     match ctx.rec.rmgr_info() & XLOG_BRIN_OPMASK {
@@ -69,7 +69,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         XLOG_BRIN_REVMAP_EXTEND => revmap_extend(page, ctx, block),
         XLOG_BRIN_DESUMMARIZE => desummarize(page, ctx, block),
         XLOG_BRIN_SAMEPAGE_UPDATE => Err(unexpected_block(ctx, block)),
-        _ => Err(Fault::Unsupported(format!("BRIN record (info {:#04x})", ctx.rec.info))),
+        _ => Err(Fault::unsupported(format!("BRIN record (info {:#04x})", ctx.rec.info))),
     }
 }
 
@@ -80,14 +80,14 @@ fn name(ctx: &Ctx) -> &'static str {
 
 /// A block id the record kind does not write.
 fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
-    Fault::Malformed(format!("BRIN {} has no page at block id {block}", name(ctx)))
+    Fault::malformed(format!("BRIN {} has no page at block id {block}", name(ctx)))
 }
 
 /// The main data, which must be at least `len` bytes.
 fn main_data<'a>(ctx: &'a Ctx, len: usize) -> Result<&'a [u8], Fault> {
     let data = ctx.rec.main_data;
     if data.len() < len {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "BRIN {} main data of {} bytes, need {len}",
             name(ctx),
             data.len()
@@ -99,21 +99,21 @@ fn main_data<'a>(ctx: &'a Ctx, len: usize) -> Result<&'a [u8], Fault> {
 fn u16_at(data: &[u8], at: usize) -> Result<u16, Fault> {
     match data.get(at..at + 2) {
         Some(b) => Ok(u16::from_le_bytes([b[0], b[1]])),
-        None => Err(Fault::Malformed(format!("{} bytes, need a u16 at {at}", data.len()))),
+        None => Err(Fault::malformed(format!("{} bytes, need a u16 at {at}", data.len()))),
     }
 }
 
 fn u32_at(data: &[u8], at: usize) -> Result<u32, Fault> {
     match data.get(at..at + 4) {
         Some(b) => Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        None => Err(Fault::Malformed(format!("{} bytes, need a u32 at {at}", data.len()))),
+        None => Err(Fault::malformed(format!("{} bytes, need a u32 at {at}", data.len()))),
     }
 }
 
 /// CREATE_INDEX: the metapage (block 0 of the index) from scratch.
 fn create_index(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
     if block != 0 || ctx.tag.blkno != 0 {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "BRIN metapage at block id {block}, block {}",
             ctx.tag.blkno
         )));
@@ -137,7 +137,7 @@ fn insert_update(page: &mut [u8], ctx: &Ctx, block: u8, xlrec: &[u8]) -> Result<
             page::expect_type(page, BRIN_PAGETYPE_REGULAR)?;
             let max = bufpage::max_offset(page);
             if offnum == 0 || offnum > max + 1 {
-                return Err(Fault::Page(format!(
+                return Err(Fault::page(format!(
                     "BRIN tuple offset {offnum} on a page of {max} items"
                 )));
             }
@@ -146,10 +146,10 @@ fn insert_update(page: &mut [u8], ctx: &Ctx, block: u8, xlrec: &[u8]) -> Result<
         }
         1 => {
             let regpgno = ctx.rec.block(0).map(|b| b.tag.blkno).ok_or_else(|| {
-                Fault::Malformed(format!("BRIN {} without block reference 0", name(ctx)))
+                Fault::malformed(format!("BRIN {} without block reference 0", name(ctx)))
             })?;
             if offnum == 0 {
-                return Err(Fault::Malformed(format!("BRIN {} at offset 0", name(ctx))));
+                return Err(Fault::malformed(format!("BRIN {} at offset 0", name(ctx))));
             }
             page::set_revmap_entry(page, pages_per_range, heap_blk, regpgno, offnum)
         }
@@ -162,7 +162,7 @@ fn insert_update(page: &mut [u8], ctx: &Ctx, block: u8, xlrec: &[u8]) -> Result<
 fn revmap_extend(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
     let target = u32_at(main_data(ctx, 4)?, 0)?;
     if ctx.rec.block(1).is_some_and(|b| b.tag.blkno != target) {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "BRIN REVMAP_EXTEND to block {target} registers another block 1"
         )));
     }

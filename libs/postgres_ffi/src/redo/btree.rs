@@ -79,7 +79,7 @@ pub(crate) fn record_name(info: u8) -> &'static str {
 /// Redo of block `ctx.rec.target` of a btree record on `page`.
 pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.fork != MAIN_FORKNUM {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "btree {} on fork {}",
             record_name(ctx.rec.info),
             ctx.tag.fork
@@ -111,13 +111,13 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 /// A block id the record kind does not register (or REUSE_PAGE, which
 /// registers none).
 fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
-    Fault::Malformed(format!("btree {} has no page at block id {block}", record_name(ctx.rec.info)))
+    Fault::malformed(format!("btree {} has no page at block id {block}", record_name(ctx.rec.info)))
 }
 
 /// The tag of another block reference of the record.
 fn block_tag(ctx: &Ctx, block: u8) -> Result<BlockTag, Fault> {
     ctx.rec.block(block).map(|b| b.tag).ok_or_else(|| {
-        Fault::Malformed(format!(
+        Fault::malformed(format!(
             "btree {} without block reference {block}",
             record_name(ctx.rec.info)
         ))

@@ -121,7 +121,7 @@ fn read_lp(page: &[u8], off: u16) -> Result<ItemId, Fault> {
     let at = lp_pos(off);
     match page.get(at..at + SIZE_OF_ITEM_ID) {
         Some(b) => Ok(ItemId::from_raw(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-        None => Err(Fault::Page(format!("line pointer {off} lies outside the page"))),
+        None => Err(Fault::page(format!("line pointer {off} lies outside the page"))),
     }
 }
 
@@ -134,14 +134,14 @@ fn write_lp(page: &mut [u8], off: u16, id: ItemId) -> Result<(), Fault> {
             b.copy_from_slice(&id.to_raw().to_le_bytes());
             Ok(())
         }
-        None => Err(Fault::Page(format!("line pointer {off} lies outside the page"))),
+        None => Err(Fault::page(format!("line pointer {off} lies outside the page"))),
     }
 }
 
 /// The header of a page that is `BLCKSZ` long.
 fn header(page: &[u8]) -> Result<PageHeader, Fault> {
     if page.len() != BLCKSZ {
-        return Err(Fault::Page(format!("a {}-byte page, not {BLCKSZ}", page.len())));
+        return Err(Fault::page(format!("a {}-byte page, not {BLCKSZ}", page.len())));
     }
     Ok(PageHeader::decode(page))
 }
@@ -169,10 +169,21 @@ impl Bounds {
     #[inline]
     fn read(page: &[u8]) -> Result<Bounds, Fault> {
         if page.len() != BLCKSZ {
-            return Err(Fault::Page(format!("a {}-byte page, not {BLCKSZ}", page.len())));
+            return Err(Fault::page(format!("a {}-byte page, not {BLCKSZ}", page.len())));
         }
         let at = |o: usize| u16::from_le_bytes([page[o], page[o + 1]]);
         Ok(Bounds { flags: at(10), lower: at(12), upper: at(14), special: at(16) })
+    }
+
+    /// Whether the pointers are in order (and `pd_special` aligned if asked).
+    #[inline]
+    fn hold(self, special_aligned: bool) -> bool {
+        let ordered = SIZE_OF_PAGE_HEADER_DATA <= self.lower as usize
+            && self.lower <= self.upper
+            && self.upper <= self.special
+            && self.special as usize <= BLCKSZ;
+        let aligned = !special_aligned || maxalign(self.special as usize) == self.special as usize;
+        ordered && aligned
     }
 
     /// Store the four fields, in one 8-byte store: the next [`Bounds::read`]
@@ -190,15 +201,10 @@ impl Bounds {
     /// [`check_pointers`].
     #[inline]
     fn check(self, special_aligned: bool) -> Result<(), Fault> {
-        let ordered = SIZE_OF_PAGE_HEADER_DATA <= self.lower as usize
-            && self.lower <= self.upper
-            && self.upper <= self.special
-            && self.special as usize <= BLCKSZ;
-        let aligned = !special_aligned || maxalign(self.special as usize) == self.special as usize;
-        if ordered && aligned {
+        if self.hold(special_aligned) {
             return Ok(());
         }
-        Err(Fault::Page(format!(
+        Err(Fault::page(format!(
             "corrupted page pointers: lower = {}, upper = {}, special = {}",
             self.lower, self.upper, self.special
         )))
@@ -237,7 +243,7 @@ pub fn max_offset(page: &[u8]) -> u16 {
 fn check_offset(page: &[u8], off: u16) -> Result<(), Fault> {
     let max = max_offset(page);
     if off == 0 || off > max {
-        return Err(Fault::Page(format!("offset {off} is not a line pointer (1..={max})")));
+        return Err(Fault::page(format!("offset {off} is not a line pointer (1..={max})")));
     }
     Ok(())
 }
@@ -253,7 +259,7 @@ pub fn item_id(page: &[u8], off: u16) -> Result<ItemId, Fault> {
 pub fn set_item_id(page: &mut [u8], off: u16, id: ItemId) -> Result<(), Fault> {
     check_offset(page, off)?;
     if id.off > LP_FIELD_MAX || id.len > LP_FIELD_MAX || id.flags > LP_DEAD {
-        return Err(Fault::Page(format!("line pointer {id:?} does not fit ItemIdData")));
+        return Err(Fault::page(format!("line pointer {id:?} does not fit ItemIdData")));
     }
     write_lp(page, off, id)
 }
@@ -264,11 +270,11 @@ fn item_range(page: &[u8], off: u16) -> Result<std::ops::Range<usize>, Fault> {
     let h = header(page)?;
     let id = item_id(page, off)?;
     if !id.has_storage() {
-        return Err(Fault::Page(format!("line pointer {off} has no storage ({id:?})")));
+        return Err(Fault::page(format!("line pointer {off} has no storage ({id:?})")));
     }
     let (start, end) = (id.off as usize, id.off as usize + id.len as usize);
     if start < h.upper as usize || end > h.special as usize || end > page.len() {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "item {off} ({id:?}) lies outside the tuple space {}..{}",
             h.upper, h.special
         )));
@@ -326,7 +332,7 @@ pub fn add_item_with(
         if overwrite && off < limit {
             let id = read_lp(page, off)?;
             if id.is_used() || id.has_storage() {
-                return Err(Fault::Page(format!("will not overwrite used line pointer {off}")));
+                return Err(Fault::page(format!("will not overwrite used line pointer {off}")));
             }
         }
         shuffle = !overwrite && off < limit;
@@ -337,15 +343,15 @@ pub fn add_item_with(
         found
     };
     if off > limit {
-        return Err(Fault::Page(format!("item offset {off} is past the first free one {limit}")));
+        return Err(Fault::page(format!("item offset {off} is past the first free one {limit}")));
     }
     if is_heap && off > MAX_HEAP_TUPLES_PER_PAGE {
-        return Err(Fault::Page(format!("heap item offset {off} > MaxHeapTuplesPerPage")));
+        return Err(Fault::page(format!("heap item offset {off} > MaxHeapTuplesPerPage")));
     }
     let lower = h.lower as usize + if off == limit || shuffle { SIZE_OF_ITEM_ID } else { 0 };
     let aligned = maxalign(len);
     if aligned > h.upper as usize || lower > h.upper as usize - aligned {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "no room for a {len}-byte item: lower = {}, upper = {}",
             h.lower, h.upper
         )));
@@ -395,7 +401,7 @@ pub fn special_mut(page: &mut [u8]) -> Result<&mut [u8], Fault> {
 fn special_start(page: &[u8]) -> Result<usize, Fault> {
     let special = header(page)?.special as usize;
     if !(SIZE_OF_PAGE_HEADER_DATA..=BLCKSZ).contains(&special) {
-        return Err(Fault::Page(format!("pd_special {special} is outside the page")));
+        return Err(Fault::page(format!("pd_special {special} is outside the page")));
     }
     Ok(special)
 }
@@ -414,11 +420,21 @@ fn is_new(page: &[u8]) -> bool {
 /// this is all that can be checked.
 #[inline]
 pub fn check_header(page: &[u8]) -> Result<(), Fault> {
-    let bounds = Bounds::read(page)?.check(true);
-    if bounds.is_err() && is_new(page) {
+    let bounds = Bounds::read(page)?;
+    if bounds.hold(true) {
         return Ok(());
     }
-    bounds
+    check_header_cold(page, bounds)
+}
+
+/// [`check_header`] of a page whose pointers are out of order: new, or a fault.
+#[cold]
+#[inline(never)]
+fn check_header_cold(page: &[u8], bounds: Bounds) -> Result<(), Fault> {
+    if is_new(page) {
+        return Ok(());
+    }
+    bounds.check(true)
 }
 
 /// What every page with line pointers keeps: [`check_header`], and every
@@ -451,7 +467,7 @@ pub fn check_invariants(page: &[u8]) -> Result<(), Fault> {
     }
     let i = pointers.chunks_exact(SIZE_OF_ITEM_ID).position(|b| outside(raw(b))).unwrap_or(0);
     let id = ItemId::from_raw(raw(&pointers[i * SIZE_OF_ITEM_ID..]));
-    Err(Fault::Page(format!(
+    Err(Fault::page(format!(
         "line pointer {} ({id:?}) lies outside the tuple space {}..{}",
         i + 1,
         h.upper,

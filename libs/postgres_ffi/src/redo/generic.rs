@@ -29,7 +29,7 @@ const FRAGMENT_HEADER_SIZE: usize = 4;
 
 pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.fork != MAIN_FORKNUM && ctx.tag.fork != INIT_FORKNUM {
-        return Err(Fault::Malformed(format!("Generic record on fork {}", ctx.tag.fork)));
+        return Err(Fault::malformed(format!("Generic record on fork {}", ctx.tag.fork)));
     }
     apply_delta(page, ctx.rec.block_data)?;
     zero_hole(page)
@@ -41,7 +41,7 @@ fn apply_delta(page: &mut [u8], delta: &[u8]) -> Result<(), Fault> {
     while !rest.is_empty() {
         let at = delta.len() - rest.len();
         let Some((header, data)) = rest.split_at_checked(FRAGMENT_HEADER_SIZE) else {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "Generic delta: a fragment header cut short at byte {at} of {}",
                 delta.len()
             )));
@@ -49,14 +49,14 @@ fn apply_delta(page: &mut [u8], delta: &[u8]) -> Result<(), Fault> {
         let offset = u16::from_le_bytes([header[0], header[1]]) as usize;
         let length = u16::from_le_bytes([header[2], header[3]]) as usize;
         let Some((bytes, next)) = data.split_at_checked(length) else {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "Generic delta: fragment at byte {at} has {length} bytes, {} left",
                 data.len()
             )));
         };
         let target = page.get_mut(offset..offset + length).filter(|_| offset + length <= BLCKSZ);
         let Some(target) = target else {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "Generic delta: fragment {offset}..{} past the page",
                 offset + length
             )));
@@ -78,7 +78,7 @@ fn zero_hole(page: &mut [u8]) -> Result<(), Fault> {
         && upper <= special
         && special <= BLCKSZ;
     if !new && !sane {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "Generic: pd_lower {lower}, pd_upper {upper}, pd_special {special} after redo"
         )));
     }

@@ -57,7 +57,7 @@ fn record_name(ctx: &Ctx) -> &'static str {
 /// Redo of block `ctx.rec.target` of a GIN record on `page`.
 pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.fork != MAIN_FORKNUM {
-        return Err(Fault::Malformed(format!("GIN {} on fork {}", record_name(ctx), ctx.tag.fork)));
+        return Err(Fault::malformed(format!("GIN {} on fork {}", record_name(ctx), ctx.tag.fork)));
     }
     let block = ctx.rec.target;
     match (ctx.rec.rmgr_info(), block) {
@@ -71,7 +71,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         (XLOG_GIN_INSERT_LISTPAGE, 0) => list::insert_list_page(page, ctx),
         (XLOG_GIN_DELETE_LISTPAGE, _) => list::delete_list_pages(page, ctx, block),
         (0x00 | 0xA0..=0xF0, _) => {
-            Err(Fault::Unsupported(format!("GIN record kind {:#04x}", ctx.rec.rmgr_info())))
+            Err(Fault::unsupported(format!("GIN record kind {:#04x}", ctx.rec.rmgr_info())))
         }
         _ => Err(unexpected_block(ctx, block)),
     }
@@ -79,12 +79,12 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// A block id the record kind does not register.
 fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
-    Fault::Malformed(format!("GIN {} has no page at block id {block}", record_name(ctx)))
+    Fault::malformed(format!("GIN {} has no page at block id {block}", record_name(ctx)))
 }
 
 /// A page PostgreSQL only ever restores from the record's full-page image.
 fn needs_image(ctx: &Ctx, what: &str) -> Fault {
-    Fault::Malformed(format!(
+    Fault::malformed(format!(
         "GIN {} without a full-page image of {what} (PostgreSQL always logs one)",
         record_name(ctx)
     ))
@@ -93,7 +93,7 @@ fn needs_image(ctx: &Ctx, what: &str) -> Fault {
 /// `len` bytes of the main data from `at`.
 fn main_field<'a>(ctx: &'a Ctx, at: usize, len: usize) -> Result<&'a [u8], Fault> {
     ctx.rec.main_data.get(at..at + len).ok_or_else(|| {
-        Fault::Malformed(format!(
+        Fault::malformed(format!(
             "GIN {} main data of {} bytes, wants {}",
             record_name(ctx),
             ctx.rec.main_data.len(),
@@ -115,7 +115,7 @@ fn main_u32(ctx: &Ctx, at: usize) -> Result<u32, Fault> {
 /// The target must be the metapage (block 0 of the relation).
 fn expect_metapage(ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.blkno != page::METAPAGE_BLKNO {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "GIN {} writes its metapage to block {}",
             record_name(ctx),
             ctx.tag.blkno
@@ -128,7 +128,7 @@ fn expect_metapage(ctx: &Ctx) -> Result<(), Fault> {
 /// which needs the block reference marked will_init.
 fn expect_will_init(ctx: &Ctx) -> Result<(), Fault> {
     if !ctx.rec.will_init() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "GIN {} rebuilds block id {} but it is not marked will_init",
             record_name(ctx),
             ctx.rec.target

@@ -71,7 +71,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let info = ctx.rec.rmgr_info();
     if ctx.tag.fork != MAIN_FORKNUM {
         let name = record_name(info);
-        return Err(Fault::Malformed(format!("GiST {name} on fork {}", ctx.tag.fork)));
+        return Err(Fault::malformed(format!("GiST {name} on fork {}", ctx.tag.fork)));
     }
     type Redo = fn(&mut [u8], &Ctx, u8) -> Result<(), Fault>;
     let redo: Redo = match info {
@@ -82,7 +82,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         XLOG_GIST_PAGE_REUSE | XLOG_GIST_ASSIGN_LSN => {
             return Err(unexpected_block(ctx, ctx.rec.target))
         }
-        _ => return Err(Fault::Unsupported(format!("GiST record kind {info:#04x}"))),
+        _ => return Err(Fault::unsupported(format!("GiST record kind {info:#04x}"))),
     };
     // A page the record does not rebuild must be a GiST page already (a
     // split checks its own blocks: all but the left child are rebuilt).
@@ -94,13 +94,13 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// A block id the record kind does not register.
 fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
-    Fault::Malformed(format!("GiST {} has no page at block id {block}", record_name(ctx.rec.info)))
+    Fault::malformed(format!("GiST {} has no page at block id {block}", record_name(ctx.rec.info)))
 }
 
 /// The tag of another block reference of the record.
 fn block_tag(ctx: &Ctx, block: u8) -> Result<BlockTag, Fault> {
     ctx.rec.block(block).map(|b| b.tag).ok_or_else(|| {
-        Fault::Malformed(format!(
+        Fault::malformed(format!(
             "GiST {} without block reference {block}",
             record_name(ctx.rec.info)
         ))

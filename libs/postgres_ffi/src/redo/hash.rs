@@ -74,7 +74,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let info = ctx.rec.rmgr_info();
     let init = matches!(info, XLOG_HASH_INIT_META_PAGE | XLOG_HASH_INIT_BITMAP_PAGE);
     if ctx.tag.fork != MAIN_FORKNUM && !(init && ctx.tag.fork == INIT_FORKNUM) {
-        return Err(Fault::Malformed(format!("hash {} on fork {}", name(ctx), ctx.tag.fork)));
+        return Err(Fault::malformed(format!("hash {} on fork {}", name(ctx), ctx.tag.fork)));
     }
     let block = ctx.rec.target;
     match info {
@@ -83,7 +83,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         XLOG_HASH_INSERT => build::insert(page, ctx, block),
         XLOG_HASH_ADD_OVFL_PAGE => build::add_ovfl_page(page, ctx, block),
         XLOG_HASH_SPLIT_ALLOCATE_PAGE => build::split_allocate_page(page, ctx, block),
-        XLOG_HASH_SPLIT_PAGE => Err(Fault::Malformed(
+        XLOG_HASH_SPLIT_PAGE => Err(Fault::malformed(
             "hash SPLIT_PAGE without its full-page image (PostgreSQL always logs one)".into(),
         )),
         XLOG_HASH_SPLIT_COMPLETE => build::split_complete(page, ctx, block),
@@ -93,7 +93,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         XLOG_HASH_SPLIT_CLEANUP => vacuum::split_cleanup(page, ctx, block),
         XLOG_HASH_UPDATE_META_PAGE => vacuum::update_meta_page(page, ctx, block),
         XLOG_HASH_VACUUM_ONE_PAGE => vacuum::vacuum_one_page(page, ctx, block),
-        _ => Err(Fault::Unsupported(format!("hash record (info {:#04x})", ctx.rec.info))),
+        _ => Err(Fault::unsupported(format!("hash record (info {:#04x})", ctx.rec.info))),
     }
 }
 
@@ -104,13 +104,13 @@ fn name(ctx: &Ctx) -> &'static str {
 
 /// A block id the record kind does not write.
 fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
-    Fault::Malformed(format!("hash {} has no page at block id {block}", name(ctx)))
+    Fault::malformed(format!("hash {} has no page at block id {block}", name(ctx)))
 }
 
 /// The block number of another block reference of the record.
 fn block_number(ctx: &Ctx, block: u8) -> Result<u32, Fault> {
     ctx.rec.block(block).map(|b| b.tag.blkno).ok_or_else(|| {
-        Fault::Malformed(format!("hash {} without block reference {block}", name(ctx)))
+        Fault::malformed(format!("hash {} without block reference {block}", name(ctx)))
     })
 }
 
@@ -118,7 +118,7 @@ fn block_number(ctx: &Ctx, block: u8) -> Result<u32, Fault> {
 fn main_data<'a>(ctx: &'a Ctx, len: usize) -> Result<&'a [u8], Fault> {
     let data = ctx.rec.main_data;
     if data.len() < len {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "hash {} main data of {} bytes, need {len}",
             name(ctx),
             data.len()

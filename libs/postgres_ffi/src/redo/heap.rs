@@ -71,7 +71,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
             update::update(page, ctx, op == XLOG_HEAP_HOT_UPDATE)
         }
         XLOG_HEAP_TRUNCATE => {
-            Err(Fault::Malformed("Heap TRUNCATE has no page to redo (block references)".into()))
+            Err(Fault::malformed("Heap TRUNCATE has no page to redo (block references)".into()))
         }
         XLOG_HEAP_CONFIRM => {
             expect_main_block(ctx, "Heap CONFIRM", &[0])?;
@@ -85,19 +85,25 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
             expect_main_block(ctx, "Heap INPLACE", &[0])?;
             tuple_ops::inplace(page, ctx)
         }
-        _ => Err(Fault::Unsupported(format!("Heap record kind {op:#04x}"))),
+        _ => Err(Fault::unsupported(format!("Heap record kind {op:#04x}"))),
     }
 }
 
 /// The target must be one of `ids` and in the main fork.
+#[inline]
 pub(crate) fn expect_main_block(ctx: &Ctx, what: &str, ids: &[u8]) -> Result<(), Fault> {
     if !ids.contains(&ctx.rec.target) || ctx.tag.fork != MAIN_FORKNUM {
-        return Err(Fault::Malformed(format!(
-            "{what}: block {} of fork {} is not a heap page this record writes",
-            ctx.rec.target, ctx.tag.fork
-        )));
+        return Err(not_a_main_block(what, ctx.rec.target, ctx.tag.fork));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_main_block(what: &str, id: u8, fork: u8) -> Fault {
+    Fault::malformed(format!(
+        "{what}: block {id} of fork {fork} is not a heap page this record writes"
+    ))
 }
 
 /// The block number of block reference `id` of the record.
@@ -105,7 +111,7 @@ pub(crate) fn block_no(ctx: &Ctx, id: u8, what: &str) -> Result<u32, Fault> {
     ctx.rec
         .block(id)
         .map(|b| b.tag.blkno)
-        .ok_or_else(|| Fault::Malformed(format!("{what}: no block reference {id}")))
+        .ok_or_else(|| Fault::malformed(format!("{what}: no block reference {id}")))
 }
 
 /// Whether this major registers the VM page in heap records.
@@ -123,14 +129,9 @@ impl Fields<'_> {
     #[inline]
     pub fn need(&self, len: usize) -> Result<(), Fault> {
         if self.b.len() < len {
-            return Err(self.too_short(len));
+            return Err(too_short(self.what, self.b.len(), len));
         }
         Ok(())
-    }
-
-    #[cold]
-    fn too_short(&self, len: usize) -> Fault {
-        Fault::Malformed(format!("{}: {} bytes, needs at least {len}", self.what, self.b.len()))
     }
 
     pub fn u8(&self, at: usize) -> Result<u8, Fault> {
@@ -147,4 +148,12 @@ impl Fields<'_> {
         self.need(at + 4)?;
         Ok(u32::from_le_bytes([self.b[at], self.b[at + 1], self.b[at + 2], self.b[at + 3]]))
     }
+}
+
+/// The fault of [`Fields::need`]; its arguments by value, so the hot path
+/// keeps `Fields` in registers.
+#[cold]
+#[inline(never)]
+fn too_short(what: &str, have: usize, len: usize) -> Fault {
+    Fault::malformed(format!("{what}: {have} bytes, needs at least {len}"))
 }

@@ -69,6 +69,6 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
             expect_main_block(ctx, "Heap2 LOCK_UPDATED", &[0])?;
             heap::lock_updated(page, ctx)
         }
-        _ => Err(Fault::Malformed(format!("Heap2 record {op:#04x} has no page to redo"))),
+        _ => Err(Fault::malformed(format!("Heap2 record {op:#04x} has no page to redo"))),
     }
 }

@@ -208,6 +208,19 @@ impl<'a> BlockRefs<'a> {
         (0..self.len()).map(move |i| self.at(i))
     }
 
+    /// The block reference with id `id`, if there is one; only that one is
+    /// decoded (a read looks up its target once per record).
+    #[inline]
+    pub fn find(self, id: u8) -> Option<BlockRef> {
+        match self.0 {
+            BlockRefsRepr::Decoded(b) => b.iter().find(|b| b.id == id).copied(),
+            BlockRefsRepr::Encoded(raw) => raw
+                .chunks_exact(encoding::BLOCK_REF_LEN)
+                .find(|r| r[0] == id)
+                .map(encoding::block_ref),
+        }
+    }
+
     /// Block reference `i` (an index, not an id); `i < len()`.
     #[inline]
     fn at(&self, i: usize) -> BlockRef {
@@ -228,7 +241,7 @@ impl RedoRecordRef<'_> {
     /// The block reference with id `id`, if the record has one.
     #[inline]
     pub fn block(&self, id: u8) -> Option<BlockRef> {
-        self.blocks.iter().find(|b| b.id == id)
+        self.blocks.find(id)
     }
 
     /// `BKPBLOCK_WILL_INIT` of the target: redo needs no older page.
@@ -261,19 +274,84 @@ impl<'a> From<&'a RedoRecord> for RedoRecordRef<'a> {
     }
 }
 
-/// Why one record could not be applied to one page.
+/// Why one record could not be applied to one page. Two words wide (the
+/// message is boxed), so the `Result<_, Fault>` of every redo helper comes
+/// back in registers: a read calls them hundreds of times per page, and a
+/// `Result` returned through memory stalled the load that checks it. Build
+/// one with [`Fault::malformed`], [`Fault::page`] or
+/// [`Fault::unsupported`] (cold: the branch that builds it is laid out of
+/// the hot path).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Fault {
     /// The record's bytes are not what its type says.
     #[error("malformed record: {0}")]
-    Malformed(String),
+    Malformed(FaultMessage),
     /// The page does not hold what the record expects (an offset out of
     /// range, no room for an item, a broken invariant after writing).
     #[error("page does not fit the record: {0}")]
-    Page(String),
+    Page(FaultMessage),
     /// No native redo for this rmgr or record kind.
     #[error("no native redo: {0}")]
-    Unsupported(String),
+    Unsupported(FaultMessage),
+}
+
+const _: () = assert!(std::mem::size_of::<Result<(), Fault>>() == 16);
+const _: () = assert!(std::mem::size_of::<Result<u16, Fault>>() == 16);
+
+impl Fault {
+    /// [`Fault::Malformed`].
+    #[cold]
+    #[inline(never)]
+    pub fn malformed(message: String) -> Fault {
+        Fault::Malformed(FaultMessage(Box::new(message)))
+    }
+
+    /// [`Fault::Page`].
+    #[cold]
+    #[inline(never)]
+    pub fn page(message: String) -> Fault {
+        Fault::Page(FaultMessage(Box::new(message)))
+    }
+
+    /// [`Fault::Unsupported`].
+    #[cold]
+    #[inline(never)]
+    pub fn unsupported(message: String) -> Fault {
+        Fault::Unsupported(FaultMessage(Box::new(message)))
+    }
+}
+
+/// What a [`Fault`] says, behind one pointer (a `String` inline would make
+/// `Fault` four words and its `Result`s come back through memory; a
+/// `Box<str>` is two words, and three variants of it need a tag word).
+#[derive(Clone, PartialEq, Eq)]
+#[allow(clippy::box_collection)] // the thin pointer is the point
+pub struct FaultMessage(Box<String>);
+
+impl std::ops::Deref for FaultMessage {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for FaultMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for FaultMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self.0, f)
+    }
+}
+
+impl From<&str> for FaultMessage {
+    fn from(message: &str) -> Self {
+        FaultMessage(Box::new(message.to_string()))
+    }
 }
 
 /// `Fault` with what it is about.
@@ -390,18 +468,18 @@ fn redo(
 ) -> Result<(), RedoError> {
     let error = |fault| RedoError::of(rec, tag, lsn, fault);
     if page.len() != BLCKSZ {
-        return Err(error(Fault::Page(format!("a {}-byte page, not {BLCKSZ}", page.len()))));
+        return Err(error(Fault::page(format!("a {}-byte page, not {BLCKSZ}", page.len()))));
     }
     match rec.target_block() {
         Some(b) if b.tag == tag => {}
         Some(b) => {
-            return Err(error(Fault::Malformed(format!(
+            return Err(error(Fault::malformed(format!(
                 "the record's block {} is block {} of {}/{}/{} fork {}",
                 b.id, b.tag.blkno, b.tag.spc_oid, b.tag.db_oid, b.tag.rel_number, b.tag.fork
             ))))
         }
         None => {
-            return Err(error(Fault::Malformed(format!(
+            return Err(error(Fault::malformed(format!(
                 "the record has no block reference {}",
                 rec.target
             ))))
@@ -419,7 +497,7 @@ fn redo(
         rmgr_id::GIST => gist::redo(page, &ctx),
         rmgr_id::SPGIST => spgist::redo(page, &ctx),
         rmgr_id::BRIN => brin::redo(page, &ctx),
-        other => Err(Fault::Unsupported(format!("rmgr {} ({other})", rmgr_name(other)))),
+        other => Err(Fault::unsupported(format!("rmgr {} ({other})", rmgr_name(other)))),
     };
     result.map_err(error)?;
     set_page_lsn(page, lsn.0);

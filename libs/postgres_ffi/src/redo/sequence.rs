@@ -34,19 +34,19 @@ const LP_NORMAL: u32 = 1;
 
 pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.rec.rmgr_info() != XLOG_SEQ_LOG {
-        return Err(Fault::Malformed(format!("Sequence: unknown op code {:#04x}", ctx.rec.info)));
+        return Err(Fault::malformed(format!("Sequence: unknown op code {:#04x}", ctx.rec.info)));
     }
     if ctx.rec.target != 0 {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "Sequence LOG redoes block 0, not {}",
             ctx.rec.target
         )));
     }
     if ctx.tag.fork != MAIN_FORKNUM && ctx.tag.fork != INIT_FORKNUM {
-        return Err(Fault::Malformed(format!("Sequence LOG on fork {}", ctx.tag.fork)));
+        return Err(Fault::malformed(format!("Sequence LOG on fork {}", ctx.tag.fork)));
     }
     let tuple = ctx.rec.main_data.get(XL_SEQ_REC_SIZE..).ok_or_else(|| {
-        Fault::Malformed(format!("Sequence LOG main data of {} bytes", ctx.rec.main_data.len()))
+        Fault::malformed(format!("Sequence LOG main data of {} bytes", ctx.rec.main_data.len()))
     })?;
     build_page(page, tuple)?;
     set_page_lsn(page, ctx.lsn.0);
@@ -60,7 +60,7 @@ fn build_page(page: &mut [u8], tuple: &[u8]) -> Result<(), Fault> {
     let lower = SIZE_OF_PAGE_HEADER_DATA + ITEM_ID_SIZE;
     let aligned = tuple.len().div_ceil(8) * 8;
     let upper = special.checked_sub(aligned).filter(|&u| u >= lower).ok_or_else(|| {
-        Fault::Malformed(format!("a sequence tuple of {} bytes does not fit a page", tuple.len()))
+        Fault::malformed(format!("a sequence tuple of {} bytes does not fit a page", tuple.len()))
     })?;
     page.fill(0);
     PageHeader {

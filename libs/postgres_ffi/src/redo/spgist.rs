@@ -71,7 +71,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let info = ctx.rec.rmgr_info();
     if ctx.tag.fork != MAIN_FORKNUM {
         let name = record_name(info);
-        return Err(Fault::Malformed(format!("SP-GiST {name} on fork {}", ctx.tag.fork)));
+        return Err(Fault::malformed(format!("SP-GiST {name} on fork {}", ctx.tag.fork)));
     }
     type Redo = fn(&mut [u8], &Ctx, u8) -> Result<(), Fault>;
     let redo: Redo = match info {
@@ -83,7 +83,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         XLOG_SPGIST_VACUUM_LEAF => vacuum::vacuum_leaf,
         XLOG_SPGIST_VACUUM_ROOT => vacuum::vacuum_root,
         XLOG_SPGIST_VACUUM_REDIRECT => vacuum::vacuum_redirect,
-        _ => return Err(Fault::Unsupported(format!("SP-GiST record kind {info:#04x}"))),
+        _ => return Err(Fault::unsupported(format!("SP-GiST record kind {info:#04x}"))),
     };
     // A page the record does not initialise must be an SP-GiST page already.
     if !ctx.rec.will_init() {
@@ -94,7 +94,7 @@ pub(crate) fn redo(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 /// A block id the record kind (or this record) does not register.
 fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
-    Fault::Malformed(format!(
+    Fault::malformed(format!(
         "SP-GiST {} has no page at block id {block}",
         record_name(ctx.rec.info)
     ))
@@ -103,7 +103,7 @@ fn unexpected_block(ctx: &Ctx, block: u8) -> Fault {
 /// The tag of another block reference of the record.
 fn block_tag(ctx: &Ctx, block: u8) -> Result<BlockTag, Fault> {
     ctx.rec.block(block).map(|b| b.tag).ok_or_else(|| {
-        Fault::Malformed(format!(
+        Fault::malformed(format!(
             "SP-GiST {} without block reference {block}",
             record_name(ctx.rec.info)
         ))
@@ -116,7 +116,7 @@ fn require_will_init(ctx: &Ctx, block: u8) -> Result<(), Fault> {
     if ctx.rec.will_init() {
         return Ok(());
     }
-    Err(Fault::Malformed(format!(
+    Err(Fault::malformed(format!(
         "SP-GiST {} initialises block id {block}, which is not will_init",
         record_name(ctx.rec.info)
     )))

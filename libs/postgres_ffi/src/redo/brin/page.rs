@@ -46,7 +46,7 @@ pub(super) fn page_type(page: &[u8]) -> Option<u16> {
 pub(super) fn expect_type(page: &[u8], want: u16) -> Result<(), Fault> {
     match page_type(page) {
         Some(t) if t == want => Ok(()),
-        other => Err(Fault::Page(format!("BRIN page of type {other:x?}, expected {want:#x}"))),
+        other => Err(Fault::page(format!("BRIN page of type {other:x?}, expected {want:#x}"))),
     }
 }
 
@@ -96,13 +96,13 @@ pub(super) fn set_revmap_entry(
 ) -> Result<(), Fault> {
     expect_type(page, BRIN_PAGETYPE_REVMAP)?;
     if pages_per_range == 0 {
-        return Err(Fault::Malformed("BRIN record with 0 pages per range".into()));
+        return Err(Fault::malformed("BRIN record with 0 pages per range".into()));
     }
     let index = (heap_blk / pages_per_range) % REVMAP_PAGE_MAXITEMS;
     let at = CONTENTS_OFF + index as usize * TID_SIZE;
     let (blkno, off) = if off == 0 { (u32::MAX, 0) } else { (blkno, off) };
     let Some(tid) = page.get_mut(at..at + TID_SIZE) else {
-        return Err(Fault::Page(format!("revmap entry {index} lies outside the page")));
+        return Err(Fault::page(format!("revmap entry {index} lies outside the page")));
     };
     tid[0..2].copy_from_slice(&((blkno >> 16) as u16).to_le_bytes());
     tid[2..4].copy_from_slice(&(blkno as u16).to_le_bytes());

@@ -69,7 +69,7 @@ impl<'a> Pending<'a> {
 /// `BTDedupInterval`s of the block data.
 fn intervals(data: &[u8], n: usize) -> Result<Vec<(u16, u16)>, Fault> {
     if data.len() < n * 4 {
-        return Err(Fault::Malformed(format!("{n} dedup intervals in {} bytes", data.len())));
+        return Err(Fault::malformed(format!("{n} dedup intervals in {} bytes", data.len())));
     }
     (0..n).map(|i| Ok((page::u16_at(data, i * 4)?, page::u16_at(data, i * 4 + 2)?))).collect()
 }
@@ -99,7 +99,7 @@ pub(super) fn dedup(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> 
             .is_some_and(|&(baseoff, nitems)| state.baseoff == baseoff && state.nitems < nitems);
         if merge {
             if !state.save(itup)? {
-                return Err(Fault::Page("dedup interval does not fit one posting list".into()));
+                return Err(Fault::page("dedup interval does not fit one posting list".into()));
             }
         } else {
             done += state.finish(&mut newpage)? as usize;
@@ -110,7 +110,7 @@ pub(super) fn dedup(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> 
         done += state.finish(&mut newpage)? as usize;
     }
     if done != nintervals {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "dedup made {done} posting lists, the record {nintervals}"
         )));
     }
@@ -124,7 +124,7 @@ pub(super) fn update_posting(orig: &[u8], deleted: &[u16]) -> Result<Vec<u8>, Fa
     let p = page::posting(orig)?;
     let n = p.count();
     if deleted.is_empty() || deleted.len() >= n {
-        return Err(Fault::Page(format!("deleting {} of {n} posting list TIDs", deleted.len())));
+        return Err(Fault::page(format!("deleting {} of {n} posting list TIDs", deleted.len())));
     }
     let mut tids = Vec::with_capacity((n - deleted.len()) * TID_SIZE);
     let mut d = 0;
@@ -136,7 +136,7 @@ pub(super) fn update_posting(orig: &[u8], deleted: &[u16]) -> Result<Vec<u8>, Fa
         tids.extend_from_slice(p.tid(i));
     }
     if d != deleted.len() {
-        return Err(Fault::Page("posting list TID positions out of order or range".into()));
+        return Err(Fault::page("posting list TID positions out of order or range".into()));
     }
     page::form_posting(orig, &tids)
 }

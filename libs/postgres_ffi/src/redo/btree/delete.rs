@@ -81,11 +81,11 @@ pub(super) fn mark_page_halfdead(page: &mut [u8], ctx: &Ctx, block: u8) -> Resul
         1 => {
             let poffset = page::u16_at(main, 0)?;
             let next =
-                poffset.checked_add(1).ok_or_else(|| Fault::Malformed("poffset 65535".into()))?;
+                poffset.checked_add(1).ok_or_else(|| Fault::malformed("poffset 65535".into()))?;
             let rightsib = page::tid_block(bufpage::item(page, next)?)?;
             let itup = bufpage::item_mut(page, poffset)?;
             if itup.len() < page::INDEX_TUPLE_HEADER {
-                return Err(Fault::Page(format!("a {}-byte pivot tuple", itup.len())));
+                return Err(Fault::page(format!("a {}-byte pivot tuple", itup.len())));
             }
             page::set_tid_block(itup, rightsib);
             bufpage::index_tuple_delete(page, next)

@@ -31,11 +31,11 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx, block: u8, posting: bool) -> Re
     let postingoff = page::u16_at(data, 0)? as usize;
     let mut newitem = data[2..].to_vec();
     let oposting_off =
-        offnum.checked_sub(1).ok_or_else(|| Fault::Malformed("INSERT_POST at offset 0".into()))?;
+        offnum.checked_sub(1).ok_or_else(|| Fault::malformed("INSERT_POST at offset 0".into()))?;
     let nposting = swap_posting(&mut newitem, bufpage::item(page, oposting_off)?, postingoff)?;
     let target = bufpage::item_mut(page, oposting_off)?;
     if target.len() < nposting.len() {
-        return Err(Fault::Page("posting list shorter than its line pointer".into()));
+        return Err(Fault::page("posting list shorter than its line pointer".into()));
     }
     target[..nposting.len()].copy_from_slice(&nposting);
     bufpage::add_item(page, &newitem, offnum, false, false)?;
@@ -54,13 +54,13 @@ pub(super) fn swap_posting(
     let p = page::posting(oposting)?;
     let n = p.count();
     if postingoff == 0 || postingoff >= n {
-        return Err(Fault::Page(format!("posting list of {n} TIDs split at {postingoff}")));
+        return Err(Fault::page(format!("posting list of {n} TIDs split at {postingoff}")));
     }
     if newitem.len() < TID_SIZE {
-        return Err(Fault::Malformed("posting split new item too short".into()));
+        return Err(Fault::malformed("posting split new item too short".into()));
     }
     if size > oposting.len() || p.key_size + n * TID_SIZE > size {
-        return Err(Fault::Page(format!("posting list tuple of {size} bytes holds {n} TIDs")));
+        return Err(Fault::page(format!("posting list tuple of {size} bytes holds {n} TIDs")));
     }
     let mut nposting = oposting[..size].to_vec();
     let at = p.key_size + postingoff * TID_SIZE;
@@ -89,7 +89,7 @@ pub(super) fn insert_upper(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), 
 /// `_bt_restore_meta` from the target block's data.
 pub(super) fn restore_meta(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.blkno != 0 {
-        return Err(Fault::Malformed(format!("btree metapage at block {}", ctx.tag.blkno)));
+        return Err(Fault::malformed(format!("btree metapage at block {}", ctx.tag.blkno)));
     }
     let md = page::Metadata::decode(ctx.rec.block_data)?;
     page::restore_meta(page, &md)

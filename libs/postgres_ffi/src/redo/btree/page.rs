@@ -70,7 +70,7 @@ impl Opaque {
     pub fn read(page: &[u8]) -> Result<Opaque, Fault> {
         let s = bufpage::special(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("btree special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("btree special space of {} bytes", s.len())));
         }
         Ok(Opaque {
             prev: u32_at(s, 0)?,
@@ -84,7 +84,7 @@ impl Opaque {
     pub fn write(&self, page: &mut [u8]) -> Result<(), Fault> {
         let s = bufpage::special_mut(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("btree special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("btree special space of {} bytes", s.len())));
         }
         s[0..4].copy_from_slice(&self.prev.to_le_bytes());
         s[4..8].copy_from_slice(&self.next.to_le_bytes());
@@ -147,7 +147,7 @@ pub(super) struct Metadata {
 impl Metadata {
     pub fn decode(data: &[u8]) -> Result<Metadata, Fault> {
         if data.len() != XL_METADATA_SIZE {
-            return Err(Fault::Malformed(format!("xl_btree_metadata of {} bytes", data.len())));
+            return Err(Fault::malformed(format!("xl_btree_metadata of {} bytes", data.len())));
         }
         Ok(Metadata {
             version: u32_at(data, 0)?,
@@ -226,7 +226,7 @@ pub(super) fn tuple_size(t: &[u8]) -> Result<usize, Fault> {
 pub(super) fn first_tuple(data: &[u8]) -> Result<&[u8], Fault> {
     let size = tuple_size(data)?;
     if size < INDEX_TUPLE_HEADER || size > data.len() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "an index tuple of {size} bytes in {} bytes",
             data.len()
         )));
@@ -277,13 +277,13 @@ impl Posting<'_> {
 /// The posting list of `t`, checked to lie within the tuple.
 pub(super) fn posting(t: &[u8]) -> Result<Posting<'_>, Fault> {
     if !is_posting(t)? {
-        return Err(Fault::Page("not a posting list tuple".into()));
+        return Err(Fault::page("not a posting list tuple".into()));
     }
     let key_size = tid_block(t)? as usize;
     let n = (tid_offset(t)? & BT_OFFSET_MASK) as usize;
     let end = key_size + n * TID_SIZE;
     if key_size < INDEX_TUPLE_HEADER || end > t.len() {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "posting list of {n} TIDs at {key_size} in a {}-byte tuple",
             t.len()
         )));
@@ -301,13 +301,13 @@ pub(super) fn form_posting(base: &[u8], tids: &[u8]) -> Result<Vec<u8>, Fault> {
         || key_size > base.len()
         || key_size < INDEX_TUPLE_HEADER
     {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "cannot form a tuple of {n} TIDs from a {key_size}-byte key"
         )));
     }
     let size = if n > 1 { bufpage::maxalign(key_size + tids.len()) } else { key_size };
     if size > INDEX_SIZE_MASK as usize || n > BT_OFFSET_MASK as usize {
-        return Err(Fault::Page(format!("a posting list tuple of {size} bytes")));
+        return Err(Fault::page(format!("a posting list tuple of {size} bytes")));
     }
     let mut t = vec![0u8; size];
     t[..key_size].copy_from_slice(&base[..key_size]);
@@ -333,7 +333,7 @@ pub(super) fn restore_page(page: &mut [u8], data: &[u8]) -> Result<(), Fault> {
     while pos < data.len() {
         let size = bufpage::maxalign(tuple_size(&data[pos..])?);
         if size == 0 || pos + size > data.len() {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "a {size}-byte tuple at {pos} of {} bytes",
                 data.len()
             )));
@@ -352,13 +352,13 @@ pub(super) fn restore_page(page: &mut [u8], data: &[u8]) -> Result<(), Fault> {
 pub(super) fn u16_at(b: &[u8], off: usize) -> Result<u16, Fault> {
     b.get(off..off + 2)
         .map(|s| u16::from_le_bytes([s[0], s[1]]))
-        .ok_or_else(|| Fault::Malformed(format!("2 bytes at {off} of {}", b.len())))
+        .ok_or_else(|| Fault::malformed(format!("2 bytes at {off} of {}", b.len())))
 }
 
 pub(super) fn u32_at(b: &[u8], off: usize) -> Result<u32, Fault> {
     b.get(off..off + 4)
         .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-        .ok_or_else(|| Fault::Malformed(format!("4 bytes at {off} of {}", b.len())))
+        .ok_or_else(|| Fault::malformed(format!("4 bytes at {off} of {}", b.len())))
 }
 
 pub(super) fn u64_at(b: &[u8], off: usize) -> Result<u64, Fault> {

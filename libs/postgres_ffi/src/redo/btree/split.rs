@@ -78,13 +78,13 @@ fn left_data(page: &[u8], ctx: &Ctx, xl: &XlSplit, newitemonleft: bool) -> Resul
     if newitemonleft || xl.postingoff != 0 {
         let size = bufpage::maxalign(page::first_tuple(data)?.len());
         let mut item =
-            data.get(..size).ok_or_else(|| Fault::Malformed("split new item".into()))?.to_vec();
+            data.get(..size).ok_or_else(|| Fault::malformed("split new item".into()))?.to_vec();
         data = &data[size..];
         if xl.postingoff != 0 {
             let off = xl
                 .newitemoff
                 .checked_sub(1)
-                .ok_or_else(|| Fault::Malformed("newitemoff 0".into()))?;
+                .ok_or_else(|| Fault::malformed("newitemoff 0".into()))?;
             let np = swap_posting(&mut item, bufpage::item(page, off)?, xl.postingoff as usize)?;
             nposting = Some((off, np));
         }
@@ -92,7 +92,7 @@ fn left_data(page: &[u8], ctx: &Ctx, xl: &XlSplit, newitemonleft: bool) -> Resul
     }
     let size = bufpage::maxalign(page::first_tuple(data)?.len());
     if size != data.len() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "split left data: {} bytes after the high key",
             data.len()
         )));

@@ -80,7 +80,7 @@ fn compactify(page: &mut [u8], items: &[Kept], special: usize) -> Result<usize, 
 }
 
 fn overflow() -> Fault {
-    Fault::Page("items do not fit the tuple space".to_string())
+    Fault::page("items do not fit the tuple space".to_string())
 }
 
 /// Copy `from` (of `scratch` if given, else of `page` itself) to `to`.
@@ -105,7 +105,7 @@ fn move_bytes(
 fn kept(lp: u16, id: ItemId) -> Result<Kept, Fault> {
     let it = Kept { lp, off: id.off as usize, aligned_len: maxalign(id.len as usize) };
     if it.end() > BLCKSZ {
-        return Err(Fault::Page(format!("corrupted line pointer: {id:?} ends past the page")));
+        return Err(Fault::page(format!("corrupted line pointer: {id:?} ends past the page")));
     }
     Ok(it)
 }
@@ -130,7 +130,7 @@ pub fn repair_fragmentation(page: &mut [u8]) -> Result<(), Fault> {
         }
         if id.has_storage() {
             if (id.off as usize) < upper || id.off as usize >= special {
-                return Err(Fault::Page(format!("corrupted line pointer {off}: {id:?}")));
+                return Err(Fault::page(format!("corrupted line pointer {off}: {id:?}")));
             }
             items.push(kept(off, id)?);
         }
@@ -164,7 +164,7 @@ fn set_free_lines_hint(flags: &mut u16, on: bool) {
 fn check_total_len(items: &[Kept], lower: usize, special: usize) -> Result<(), Fault> {
     let total: usize = items.iter().map(|it| it.aligned_len).sum();
     if total > special - lower {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "corrupted item lengths: total {total}, available space {}",
             special - lower
         )));
@@ -223,7 +223,7 @@ pub fn index_multi_delete(page: &mut [u8], offs: &[u16]) -> Result<(), Fault> {
         let id = read_lp(page, off)?;
         let (start, end) = (id.off as usize, id.off as usize + id.len as usize);
         if !id.has_storage() || start < upper || end > special || maxalign(start) != start {
-            return Err(Fault::Page(format!("corrupted line pointer {off}: {id:?}")));
+            return Err(Fault::page(format!("corrupted line pointer {off}: {id:?}")));
         }
         if offs.get(next) == Some(&off) {
             next += 1;
@@ -233,7 +233,7 @@ pub fn index_multi_delete(page: &mut [u8], offs: &[u16]) -> Result<(), Fault> {
         items.push(kept(kept_ids.len() as u16, id)?);
     }
     if next != offs.len() {
-        return Err(Fault::Page(format!("incorrect index offsets supplied: {offs:?}")));
+        return Err(Fault::page(format!("incorrect index offsets supplied: {offs:?}")));
     }
     check_total_len(&items, lower, special)?;
     for (i, id) in kept_ids.iter().enumerate() {

@@ -20,15 +20,15 @@ use super::{
 fn target(page: &[u8], h: &PageHeader, off: u16) -> Result<ItemId, Fault> {
     let nline = max_offset(page);
     if off == 0 || off > nline {
-        return Err(Fault::Page(format!("invalid index offnum: {off} (of {nline})")));
+        return Err(Fault::page(format!("invalid index offnum: {off} (of {nline})")));
     }
     let id = read_lp(page, off)?;
     if !id.has_storage() {
-        return Err(Fault::Page(format!("index line pointer {off} has no storage: {id:?}")));
+        return Err(Fault::page(format!("index line pointer {off} has no storage: {id:?}")));
     }
     let (start, end) = (id.off as usize, id.off as usize + id.len as usize);
     if start < h.upper as usize || end > h.special as usize || maxalign(start) != start {
-        return Err(Fault::Page(format!("corrupted line pointer {off}: {id:?}")));
+        return Err(Fault::page(format!("corrupted line pointer {off}: {id:?}")));
     }
     Ok(id)
 }
@@ -42,7 +42,7 @@ fn shift_data(page: &mut [u8], upper: usize, item_off: usize, delta: isize) -> R
             page.copy_within(upper..item_off, to);
             Ok(())
         }
-        None => Err(Fault::Page(format!("cannot move tuple data {upper}..{item_off}"))),
+        None => Err(Fault::page(format!("cannot move tuple data {upper}..{item_off}"))),
     }
 }
 
@@ -129,7 +129,7 @@ pub fn index_tuple_overwrite(page: &mut [u8], off: u16, new_item: &[u8]) -> Resu
     let new_size = maxalign(new_item.len());
     let free = (h.upper - h.lower) as usize;
     if new_size > old_size + free {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "no room to overwrite item {off} ({} bytes) with {} bytes; {free} free",
             id.len,
             new_item.len()
@@ -146,7 +146,7 @@ pub fn index_tuple_overwrite(page: &mut [u8], off: u16, new_item: &[u8]) -> Resu
     write_lp(page, off, ItemId { off: start as u16, len: new_item.len() as u16, ..id })?;
     match page.get_mut(start..start + new_item.len()) {
         Some(dst) => dst.copy_from_slice(new_item),
-        None => return Err(Fault::Page(format!("item {off} would end past the page"))),
+        None => return Err(Fault::page(format!("item {off} would end past the page"))),
     }
     Ok(())
 }

@@ -69,12 +69,12 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault>
 /// `ginRedoInsertEntry`.
 fn insert_entry(page: &mut [u8], right_child: u32, data: &[u8]) -> Result<(), Fault> {
     let Some(tuple) = data.get(ENTRY_TUPLE_OFF..) else {
-        return Err(Fault::Malformed(format!("GIN entry insert data of {} bytes", data.len())));
+        return Err(Fault::malformed(format!("GIN entry insert data of {} bytes", data.len())));
     };
     let off = u16::from_le_bytes([data[0], data[1]]);
     let is_delete = data[2] != 0;
     if tuple_size(tuple) != Some(tuple.len()) {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "GIN entry insert data of {} bytes is not one index tuple",
             data.len()
         )));
@@ -83,7 +83,7 @@ fn insert_entry(page: &mut [u8], right_child: u32, data: &[u8]) -> Result<(), Fa
         expect_flags(page, 0, GIN_LEAF, "an entry internal page")?;
         let item = bufpage::item_mut(page, off)?;
         if item.len() < 6 {
-            return Err(Fault::Page(format!("entry tuple {off} of {} bytes", item.len())));
+            return Err(Fault::page(format!("entry tuple {off} of {} bytes", item.len())));
         }
         set_block_id(item, right_child);
         item[4..6].fill(0);
@@ -100,7 +100,7 @@ fn insert_entry(page: &mut [u8], right_child: u32, data: &[u8]) -> Result<(), Fa
 /// offset now leads to the right child, the new item goes before it.
 fn insert_posting_item(page: &mut [u8], right_child: u32, data: &[u8]) -> Result<(), Fault> {
     if data.len() != 2 + POSTING_ITEM_SIZE {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "GIN internal data insert of {} bytes, not {}",
             data.len(),
             2 + POSTING_ITEM_SIZE

@@ -46,7 +46,7 @@ struct Wal<'a> {
 impl<'a> Wal<'a> {
     fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8], Fault> {
         let bytes = self.data.get(self.at..self.at.saturating_add(len)).ok_or_else(|| {
-            Fault::Malformed(format!("leaf recompression data cut short in {what}"))
+            Fault::malformed(format!("leaf recompression data cut short in {what}"))
         })?;
         self.at += len;
         Ok(bytes)
@@ -65,7 +65,7 @@ impl<'a> Wal<'a> {
             GIN_SEGMENT_DELETE => Action::Delete,
             GIN_SEGMENT_INSERT | GIN_SEGMENT_REPLACE => {
                 let len = segment_len(&self.data[self.at..]).ok_or_else(|| {
-                    Fault::Malformed("a logged posting-list segment is cut short".to_string())
+                    Fault::malformed("a logged posting-list segment is cut short".to_string())
                 })?;
                 let seg = self.take(len, "a new segment")?;
                 if kind == GIN_SEGMENT_INSERT {
@@ -80,9 +80,9 @@ impl<'a> Wal<'a> {
                 Action::AddItems(raw.chunks_exact(TID_SIZE).map(Tid::read).collect())
             }
             GIN_SEGMENT_UNMODIFIED => {
-                return Err(Fault::Malformed("an UNMODIFIED leaf segment action".to_string()))
+                return Err(Fault::malformed("an UNMODIFIED leaf segment action".to_string()))
             }
-            other => return Err(Fault::Malformed(format!("unknown GIN leaf action {other}"))),
+            other => return Err(Fault::malformed(format!("unknown GIN leaf action {other}"))),
         };
         Ok((segno, action))
     }
@@ -100,10 +100,10 @@ impl<'a> OldSegments<'a> {
     fn current(&self, why: &str) -> Result<&'a [u8], Fault> {
         let rest = &self.data[self.at..];
         if rest.is_empty() {
-            return Err(Fault::Page(format!("{why} segment {} past the leaf's last", self.segno)));
+            return Err(Fault::page(format!("{why} segment {} past the leaf's last", self.segno)));
         }
         let len = segment_len(rest).ok_or_else(|| {
-            Fault::Page(format!("leaf segment {} overruns the posting data", self.segno))
+            Fault::page(format!("leaf segment {} overruns the posting data", self.segno))
         })?;
         Ok(&rest[..len])
     }
@@ -128,7 +128,7 @@ pub(super) fn recompress(page: &mut [u8], data: &[u8]) -> Result<(), Fault> {
     for _ in 0..wal.u16("nactions")? {
         let (segno, action) = wal.action()?;
         if segno < old.segno {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "leaf action on segment {segno} after segment {}",
                 old.segno
             )));
@@ -166,7 +166,7 @@ fn apply_action(old: &mut OldSegments, action: Action, out: &mut Vec<u8>) -> Res
             let old_items = decode_segment(seg)?;
             let merged = merge(&items, &old_items);
             if merged.len() != items.len() + old_items.len() {
-                return Err(Fault::Page(format!(
+                return Err(Fault::page(format!(
                     "ADDITEMS to segment {}: added TIDs already there",
                     old.segno
                 )));
@@ -176,7 +176,7 @@ fn apply_action(old: &mut OldSegments, action: Action, out: &mut Vec<u8>) -> Res
         }
     }
     if out.len() > DATA_MAX_SIZE {
-        return Err(Fault::Page(format!("{} bytes of leaf segments overflow the page", out.len())));
+        return Err(Fault::page(format!("{} bytes of leaf segments overflow the page", out.len())));
     }
     Ok(())
 }
@@ -188,7 +188,7 @@ fn compress_old_format(page: &mut [u8]) -> Result<(), Fault> {
     let end = DATA_OFF + n * TID_SIZE;
     let raw = page
         .get(DATA_OFF..end)
-        .ok_or_else(|| Fault::Page(format!("{n} uncompressed TIDs overrun the page")))?;
+        .ok_or_else(|| Fault::page(format!("{n} uncompressed TIDs overrun the page")))?;
     let items: Vec<Tid> = raw.chunks_exact(TID_SIZE).map(Tid::read).collect();
     let seg = if items.is_empty() { Vec::new() } else { compress(&items)? };
     set_data_size(page, seg.len())?;

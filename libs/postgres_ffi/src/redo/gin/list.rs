@@ -68,7 +68,7 @@ pub(super) fn insert_list_page(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> 
     let rightlink = main_u32(ctx, 0)?;
     let ntuples = main_u32(ctx, 4)? as i32;
     if ntuples < 0 {
-        return Err(Fault::Malformed(format!("GIN INSERT_LISTPAGE of {ntuples} tuples")));
+        return Err(Fault::malformed(format!("GIN INSERT_LISTPAGE of {ntuples} tuples")));
     }
     let tuples = packed_tuples(ctx.rec.block_data, ntuples as usize)?;
     init_page(page, GIN_LIST)?;

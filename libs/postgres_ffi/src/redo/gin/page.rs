@@ -63,7 +63,7 @@ impl Opaque {
     pub fn read(page: &[u8]) -> Result<Opaque, Fault> {
         let s = bufpage::special(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("GIN special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("GIN special space of {} bytes", s.len())));
         }
         Ok(Opaque {
             rightlink: u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
@@ -75,7 +75,7 @@ impl Opaque {
     pub fn write(&self, page: &mut [u8]) -> Result<(), Fault> {
         let s = bufpage::special_mut(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("GIN special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("GIN special space of {} bytes", s.len())));
         }
         s[0..4].copy_from_slice(&self.rightlink.to_le_bytes());
         s[4..6].copy_from_slice(&self.maxoff.to_le_bytes());
@@ -100,7 +100,7 @@ pub(super) fn modify_opaque(page: &mut [u8], f: impl FnOnce(&mut Opaque)) -> Res
 pub(super) fn expect_flags(page: &[u8], want: u16, not: u16, what: &str) -> Result<Opaque, Fault> {
     let o = Opaque::read(page)?;
     if o.flags & want != want || o.flags & not != 0 {
-        return Err(Fault::Page(format!("{what} expected, page flags are {:#06x}", o.flags)));
+        return Err(Fault::page(format!("{what} expected, page flags are {:#06x}", o.flags)));
     }
     Ok(o)
 }
@@ -114,7 +114,7 @@ pub(super) fn init_page(page: &mut [u8], flags: u16) -> Result<(), Fault> {
 /// `GinInitMetabuffer` followed by a copy of the logged `GinMetaPageData`.
 pub(super) fn init_meta(page: &mut [u8], metadata: &[u8]) -> Result<(), Fault> {
     if metadata.len() != META_SIZE {
-        return Err(Fault::Malformed(format!("GinMetaPageData of {} bytes", metadata.len())));
+        return Err(Fault::malformed(format!("GinMetaPageData of {} bytes", metadata.len())));
     }
     init_page(page, GIN_META)?;
     page[CONTENTS_OFF..CONTENTS_OFF + META_SIZE].copy_from_slice(metadata);
@@ -132,7 +132,7 @@ fn set_lower(page: &mut [u8], lower: usize) {
 pub(super) fn set_data_size(page: &mut [u8], size: usize) -> Result<(), Fault> {
     let special = PageHeader::decode(page).special as usize;
     if size > DATA_MAX_SIZE || DATA_OFF + size > special {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "{size} bytes of posting data do not fit before pd_special {special}"
         )));
     }
@@ -146,7 +146,7 @@ pub(super) fn posting_list_size(page: &[u8]) -> Result<usize, Fault> {
     let h = PageHeader::decode(page);
     let (lower, special) = (h.lower as usize, h.special as usize);
     if lower < DATA_OFF || lower > special || special > BLCKSZ {
-        return Err(Fault::Page(format!("data leaf with pd_lower {lower}, pd_special {special}")));
+        return Err(Fault::page(format!("data leaf with pd_lower {lower}, pd_special {special}")));
     }
     Ok(lower - DATA_OFF)
 }
@@ -168,7 +168,7 @@ fn posting_item_range(page: &[u8], off: u16, maxoff: u16) -> Result<std::ops::Ra
     let special = PageHeader::decode(page).special as usize;
     let start = DATA_OFF + (off as usize).saturating_sub(1) * POSTING_ITEM_SIZE;
     if off == 0 || off > maxoff.saturating_add(1) || start + POSTING_ITEM_SIZE > special {
-        return Err(Fault::Page(format!("posting item {off} of an internal page with {maxoff}")));
+        return Err(Fault::page(format!("posting item {off} of an internal page with {maxoff}")));
     }
     Ok(start..start + POSTING_ITEM_SIZE)
 }
@@ -177,7 +177,7 @@ fn posting_item_range(page: &[u8], off: u16, maxoff: u16) -> Result<std::ops::Ra
 pub(super) fn set_posting_item_child(page: &mut [u8], off: u16, child: u32) -> Result<(), Fault> {
     let maxoff = Opaque::read(page)?.maxoff;
     if off > maxoff {
-        return Err(Fault::Page(format!("posting item {off} of an internal page with {maxoff}")));
+        return Err(Fault::page(format!("posting item {off} of an internal page with {maxoff}")));
     }
     let r = posting_item_range(page, off, maxoff)?;
     set_block_id(&mut page[r], child);
@@ -201,7 +201,7 @@ pub(super) fn add_posting_item(page: &mut [u8], item: &[u8], off: u16) -> Result
 pub(super) fn delete_posting_item(page: &mut [u8], off: u16) -> Result<(), Fault> {
     let o = Opaque::read(page)?;
     if off > o.maxoff {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "posting item {off} of an internal page with {}",
             o.maxoff
         )));
@@ -209,7 +209,7 @@ pub(super) fn delete_posting_item(page: &mut [u8], off: u16) -> Result<(), Fault
     let at = posting_item_range(page, off, o.maxoff)?;
     let end = DATA_OFF + o.maxoff as usize * POSTING_ITEM_SIZE;
     if end > PageHeader::decode(page).special as usize {
-        return Err(Fault::Page(format!("{} posting items overrun pd_special", o.maxoff)));
+        return Err(Fault::page(format!("{} posting items overrun pd_special", o.maxoff)));
     }
     page.copy_within(at.end..end, at.start);
     let maxoff = o.maxoff - 1;
@@ -224,12 +224,12 @@ pub(super) fn packed_tuples(data: &[u8], count: usize) -> Result<Vec<&[u8]>, Fau
     let mut at = 0;
     for i in 0..count {
         let size = tuple_size(&data[at.min(data.len())..])
-            .ok_or_else(|| Fault::Malformed(format!("index tuple {i} of {count} is cut short")))?;
+            .ok_or_else(|| Fault::malformed(format!("index tuple {i} of {count} is cut short")))?;
         tuples.push(&data[at..at + size]);
         at += size;
     }
     if at != data.len() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "{count} index tuples take {at} of {} bytes",
             data.len()
         )));

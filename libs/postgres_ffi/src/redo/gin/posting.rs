@@ -65,7 +65,7 @@ pub(super) fn segment_len(data: &[u8]) -> Option<usize> {
 /// `ginPostingListDecode` of one whole segment.
 pub(super) fn decode_segment(seg: &[u8]) -> Result<Vec<Tid>, Fault> {
     if segment_len(seg).is_none() {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "a posting-list segment cut short at {} bytes",
             seg.len()
         )));
@@ -99,7 +99,7 @@ fn decode_varbyte(b: &[u8]) -> Result<(u64, usize), Fault> {
             return Ok((val, i + 1));
         }
     }
-    Err(Fault::Page("a varbyte integer runs past its segment".to_string()))
+    Err(Fault::page("a varbyte integer runs past its segment".to_string()))
 }
 
 fn encode_varbyte(mut val: u64, out: &mut Vec<u8>) {
@@ -114,20 +114,20 @@ fn encode_varbyte(mut val: u64, out: &mut Vec<u8>) {
 /// (redo asserts they do): one segment, zero-padded to an even length.
 pub(super) fn compress(items: &[Tid]) -> Result<Vec<u8>, Fault> {
     let Some(&first) = items.first() else {
-        return Err(Fault::Page("an empty posting list to compress".to_string()));
+        return Err(Fault::page("an empty posting list to compress".to_string()));
     };
     let mut bytes = Vec::new();
     let mut prev = first.to_u64();
     for &tid in &items[1..] {
         let val = tid.to_u64();
         if val <= prev {
-            return Err(Fault::Page(format!("posting list TIDs not ascending at {tid:?}")));
+            return Err(Fault::page(format!("posting list TIDs not ascending at {tid:?}")));
         }
         encode_varbyte(val - prev, &mut bytes);
         prev = val;
     }
     if bytes.len() > MAX_ENCODED_BYTES {
-        return Err(Fault::Page(format!("{} TIDs do not fit one segment", items.len())));
+        return Err(Fault::page(format!("{} TIDs do not fit one segment", items.len())));
     }
     let mut seg = Vec::with_capacity(SEGMENT_HEADER + bytes.len() + 1);
     first.write(&mut seg);

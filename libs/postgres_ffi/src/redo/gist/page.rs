@@ -65,7 +65,7 @@ impl Opaque {
     pub fn write(&self, page: &mut [u8]) -> Result<(), Fault> {
         let s = bufpage::special_mut(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("GiST special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("GiST special space of {} bytes", s.len())));
         }
         s[0..4].copy_from_slice(&((self.nsn >> 32) as u32).to_le_bytes());
         s[4..8].copy_from_slice(&(self.nsn as u32).to_le_bytes());
@@ -79,7 +79,7 @@ impl Opaque {
 fn special(page: &[u8]) -> Result<&[u8], Fault> {
     let s = bufpage::special(page)?;
     if s.len() != OPAQUE_SIZE {
-        return Err(Fault::Page(format!("GiST special space of {} bytes", s.len())));
+        return Err(Fault::page(format!("GiST special space of {} bytes", s.len())));
     }
     Ok(s)
 }
@@ -110,13 +110,13 @@ pub(super) fn clear_follow_right(page: &mut [u8], lsn: u64) -> Result<(), Fault>
 pub(super) fn set_deleted(page: &mut [u8], delete_xid: u64) -> Result<(), Fault> {
     let nitems = bufpage::max_offset(page);
     if nitems != 0 {
-        return Err(Fault::Page(format!("deleting a GiST page that holds {nitems} items")));
+        return Err(Fault::page(format!("deleting a GiST page that holds {nitems} items")));
     }
     modify_opaque(page, |o| o.flags |= F_DELETED)?;
     let mut h = PageHeader::decode(page);
     let lower = CONTENTS_OFF + DELETED_CONTENTS_SIZE;
     if (h.upper as usize) < lower {
-        return Err(Fault::Page(format!("pd_upper {} below the deleted page's xid", h.upper)));
+        return Err(Fault::page(format!("pd_upper {} below the deleted page's xid", h.upper)));
     }
     h.lower = lower as u16;
     h.encode(page);
@@ -138,7 +138,7 @@ pub(super) fn tuples(data: &[u8]) -> Result<Vec<&[u8]>, Fault> {
     while !rest.is_empty() {
         let size = (u16_at(rest, 6)? & INDEX_SIZE_MASK) as usize;
         if size < INDEX_TUPLE_HEADER || size > rest.len() {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "an index tuple of {size} bytes in the {} bytes left",
                 rest.len()
             )));
@@ -154,7 +154,7 @@ pub(super) fn tuples(data: &[u8]) -> Result<Vec<&[u8]>, Fault> {
 pub(super) fn offsets(data: &[u8], n: usize) -> Result<(Vec<u16>, &[u8]), Fault> {
     let len = 2 * n;
     if data.len() < len {
-        return Err(Fault::Malformed(format!("{n} offsets in {} bytes", data.len())));
+        return Err(Fault::malformed(format!("{n} offsets in {} bytes", data.len())));
     }
     let (head, rest) = data.split_at(len);
     Ok((head.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect(), rest))
@@ -164,13 +164,13 @@ pub(super) fn offsets(data: &[u8], n: usize) -> Result<(Vec<u16>, &[u8]), Fault>
 pub(super) fn u16_at(b: &[u8], off: usize) -> Result<u16, Fault> {
     b.get(off..off + 2)
         .map(|s| u16::from_le_bytes([s[0], s[1]]))
-        .ok_or_else(|| Fault::Malformed(format!("2 bytes at {off} of {}", b.len())))
+        .ok_or_else(|| Fault::malformed(format!("2 bytes at {off} of {}", b.len())))
 }
 
 pub(super) fn u32_at(b: &[u8], off: usize) -> Result<u32, Fault> {
     b.get(off..off + 4)
         .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-        .ok_or_else(|| Fault::Malformed(format!("4 bytes at {off} of {}", b.len())))
+        .ok_or_else(|| Fault::malformed(format!("4 bytes at {off} of {}", b.len())))
 }
 
 pub(super) fn u64_at(b: &[u8], off: usize) -> Result<u64, Fault> {

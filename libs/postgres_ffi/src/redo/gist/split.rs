@@ -37,7 +37,7 @@ struct XlSplit {
 impl XlSplit {
     fn decode(d: &[u8]) -> Result<XlSplit, Fault> {
         if d.len() < PAGE_SPLIT_SIZE {
-            return Err(Fault::Malformed(format!("gistxlogPageSplit of {} bytes", d.len())));
+            return Err(Fault::malformed(format!("gistxlogPageSplit of {} bytes", d.len())));
         }
         Ok(XlSplit {
             origrlink: page::u32_at(d, 0)?,
@@ -61,12 +61,12 @@ pub(super) fn page_split(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fa
 /// Split page `block` (1..=npage) rebuilt from its data.
 fn split_page(page: &mut [u8], ctx: &Ctx, xl: &XlSplit, block: u8) -> Result<(), Fault> {
     if !ctx.rec.will_init() {
-        return Err(Fault::Malformed(format!("GiST split page (block id {block}) not will_init")));
+        return Err(Fault::malformed(format!("GiST split page (block id {block}) not will_init")));
     }
     let blkno = ctx.tag.blkno;
     let is_root_split = block_tag(ctx, 1)?.blkno == ROOT_BLKNO;
     if blkno == ROOT_BLKNO && block != 1 {
-        return Err(Fault::Malformed(format!("GiST split: the root at block id {block}, not 1")));
+        return Err(Fault::malformed(format!("GiST split: the root at block id {block}, not 1")));
     }
     let last = block as u16 == xl.npage;
     let mut opaque = Opaque::new(if xl.origleaf && blkno != ROOT_BLKNO { F_LEAF } else { 0 });
@@ -84,7 +84,7 @@ fn split_page(page: &mut [u8], ctx: &Ctx, xl: &XlSplit, block: u8) -> Result<(),
     let num = page::u32_at(data, 0)? as usize;
     let tuples = page::tuples(&data[4..])?;
     if tuples.len() != num {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "GiST split page says {num} tuples, its data holds {}",
             tuples.len()
         )));

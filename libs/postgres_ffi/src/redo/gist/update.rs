@@ -31,7 +31,7 @@ const PAGE_DELETE_SIZE: usize = 10;
 pub(super) fn page_update(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
     let main = ctx.rec.main_data;
     if main.len() < PAGE_UPDATE_SIZE {
-        return Err(Fault::Malformed(format!("gistxlogPageUpdate of {} bytes", main.len())));
+        return Err(Fault::malformed(format!("gistxlogPageUpdate of {} bytes", main.len())));
     }
     match block {
         0 => {
@@ -54,7 +54,7 @@ fn update_page(
     let (todelete, rest) = page::offsets(data, ntodelete)?;
     let tuples = page::tuples(rest)?;
     if tuples.len() != ntoinsert {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "PAGE_UPDATE says {ntoinsert} tuples, its data holds {}",
             tuples.len()
         )));
@@ -84,7 +84,7 @@ pub(super) fn delete(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault>
     let ntodelete = page::u16_at(main, 4)? as usize;
     let header_size = if ctx.version >= PgMajorVersion::V16 { 8 } else { 6 };
     if main.len() < header_size {
-        return Err(Fault::Malformed(format!("gistxlogDelete of {} bytes", main.len())));
+        return Err(Fault::malformed(format!("gistxlogDelete of {} bytes", main.len())));
     }
     let deletes = ctx.version >= PgMajorVersion::V16 || main.len() > header_size;
     if deletes {
@@ -101,7 +101,7 @@ pub(super) fn delete(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault>
 pub(super) fn page_delete(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Fault> {
     let main = ctx.rec.main_data;
     if main.len() < PAGE_DELETE_SIZE {
-        return Err(Fault::Malformed(format!("gistxlogPageDelete of {} bytes", main.len())));
+        return Err(Fault::malformed(format!("gistxlogPageDelete of {} bytes", main.len())));
     }
     match block {
         0 => page::set_deleted(page, page::u64_at(main, 0)?),

@@ -25,7 +25,7 @@ const SPLIT_META_UPDATE_SPLITPOINT: u8 = 1 << 1;
 fn data_u32(ctx: &Ctx, what: &str) -> Result<u32, Fault> {
     let data = ctx.rec.block_data;
     if data.len() != 4 {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "hash {what}: {} bytes of block data, not 4",
             data.len()
         )));
@@ -36,7 +36,7 @@ fn data_u32(ctx: &Ctx, what: &str) -> Result<u32, Fault> {
 /// The metapage must be block 0 of the index.
 fn check_meta_block(ctx: &Ctx) -> Result<(), Fault> {
     if ctx.tag.blkno != 0 {
-        return Err(Fault::Malformed(format!("hash metapage at block {}", ctx.tag.blkno)));
+        return Err(Fault::malformed(format!("hash metapage at block {}", ctx.tag.blkno)));
     }
     Ok(())
 }

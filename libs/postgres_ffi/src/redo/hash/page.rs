@@ -76,7 +76,7 @@ impl Opaque {
     pub fn read(page: &[u8]) -> Result<Opaque, Fault> {
         let s = bufpage::special(page)?;
         if s.len() != OPAQUE_SIZE || u16_at(s, 14)? != HASHO_PAGE_ID {
-            return Err(Fault::Page(format!("not a hash page: special space {s:02x?}")));
+            return Err(Fault::page(format!("not a hash page: special space {s:02x?}")));
         }
         Ok(Opaque {
             prev: u32_at(s, 0)?,
@@ -89,7 +89,7 @@ impl Opaque {
     pub fn write(&self, page: &mut [u8]) -> Result<(), Fault> {
         let s = bufpage::special_mut(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("hash special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("hash special space of {} bytes", s.len())));
         }
         s[0..4].copy_from_slice(&self.prev.to_le_bytes());
         s[4..8].copy_from_slice(&self.next.to_le_bytes());
@@ -117,7 +117,7 @@ pub(super) fn init_page(page: &mut [u8], opaque: Opaque) -> Result<(), Fault> {
 pub(super) fn u16_at(data: &[u8], at: usize) -> Result<u16, Fault> {
     match data.get(at..at + 2) {
         Some(b) => Ok(u16::from_le_bytes([b[0], b[1]])),
-        None => Err(Fault::Malformed(format!("{} bytes, need a u16 at {at}", data.len()))),
+        None => Err(Fault::malformed(format!("{} bytes, need a u16 at {at}", data.len()))),
     }
 }
 
@@ -125,7 +125,7 @@ pub(super) fn u16_at(data: &[u8], at: usize) -> Result<u16, Fault> {
 pub(super) fn u32_at(data: &[u8], at: usize) -> Result<u32, Fault> {
     match data.get(at..at + 4) {
         Some(b) => Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        None => Err(Fault::Malformed(format!("{} bytes, need a u32 at {at}", data.len()))),
+        None => Err(Fault::malformed(format!("{} bytes, need a u32 at {at}", data.len()))),
     }
 }
 
@@ -133,7 +133,7 @@ pub(super) fn u32_at(data: &[u8], at: usize) -> Result<u32, Fault> {
 pub(super) fn f64_at(data: &[u8], at: usize) -> Result<f64, Fault> {
     match data.get(at..at + 8) {
         Some(b) => Ok(f64::from_le_bytes(b.try_into().expect("8 bytes"))),
-        None => Err(Fault::Malformed(format!("{} bytes, need a double at {at}", data.len()))),
+        None => Err(Fault::malformed(format!("{} bytes, need a double at {at}", data.len()))),
     }
 }
 
@@ -149,7 +149,7 @@ impl<'a> Meta<'a> {
         let o = Opaque::read(page)?;
         let lower = PageHeader::decode(page).lower as usize;
         if o.flag & LH_META_PAGE == 0 || lower < CONTENTS_OFF + META_SIZE {
-            return Err(Fault::Page(format!(
+            return Err(Fault::page(format!(
                 "not a hash metapage: flag {:#x}, pd_lower {lower}",
                 o.flag
             )));
@@ -176,7 +176,7 @@ impl<'a> Meta<'a> {
     /// Byte offset of `hashm_spares[i]`.
     pub fn spare(i: u32) -> Result<usize, Fault> {
         if i >= MAX_SPLITPOINTS {
-            return Err(Fault::Page(format!("splitpoint {i} >= HASH_MAX_SPLITPOINTS")));
+            return Err(Fault::page(format!("splitpoint {i} >= HASH_MAX_SPLITPOINTS")));
         }
         Ok(meta::SPARES + 4 * i as usize)
     }
@@ -185,7 +185,7 @@ impl<'a> Meta<'a> {
     pub fn push_bitmap(&mut self, blkno: u32) -> Result<(), Fault> {
         let nmaps = self.u32(meta::NMAPS);
         if nmaps >= MAX_BITMAPS {
-            return Err(Fault::Page(format!("hash metapage already lists {nmaps} bitmaps")));
+            return Err(Fault::page(format!("hash metapage already lists {nmaps} bitmaps")));
         }
         self.set_u32(meta::MAPP + 4 * nmaps as usize, blkno);
         self.set_u32(meta::NMAPS, nmaps + 1);
@@ -231,7 +231,7 @@ pub(super) fn init_meta(
 ) -> Result<(), Fault> {
     let buckets = num_tuples / f64::from(ffactor);
     if ffactor == 0 || buckets.is_nan() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "hash metapage for {num_tuples} tuples, fill factor {ffactor}"
         )));
     }
@@ -267,7 +267,7 @@ pub(super) fn init_meta(
 pub(super) fn init_bitmap(page: &mut [u8], bmsize: u16) -> Result<(), Fault> {
     let bmsize = bmsize as usize;
     if bmsize > BLCKSZ - CONTENTS_OFF - OPAQUE_SIZE {
-        return Err(Fault::Malformed(format!("hash bitmap of {bmsize} bytes")));
+        return Err(Fault::malformed(format!("hash bitmap of {bmsize} bytes")));
     }
     init_page(
         page,
@@ -288,12 +288,12 @@ fn set_lower(page: &mut [u8], lower: usize) {
 pub(super) fn set_bitmap_bit(page: &mut [u8], bit: u32, set: bool) -> Result<(), Fault> {
     let o = Opaque::read(page)?;
     if o.flag & LH_BITMAP_PAGE == 0 {
-        return Err(Fault::Page(format!("not a hash bitmap page: flag {:#x}", o.flag)));
+        return Err(Fault::page(format!("not a hash bitmap page: flag {:#x}", o.flag)));
     }
     let word = CONTENTS_OFF + 4 * (bit / 32) as usize;
     let lower = PageHeader::decode(page).lower as usize;
     if word + 4 > lower {
-        return Err(Fault::Page(format!("bitmap bit {bit} is past the bitmap (pd_lower {lower})")));
+        return Err(Fault::page(format!("bitmap bit {bit} is past the bitmap (pd_lower {lower})")));
     }
     let mut w = u32_at(page, word)?;
     let mask = 1u32 << (bit % 32);

@@ -29,7 +29,7 @@ const INDEX_SIZE_MASK: u16 = 0x1FFF;
 /// Offsets stored as consecutive little-endian u16.
 fn offsets(ctx: &Ctx, data: &[u8]) -> Result<Vec<u16>, Fault> {
     if !data.len().is_multiple_of(2) {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "hash {}: odd offset list of {} bytes",
             name(ctx),
             data.len()
@@ -43,7 +43,7 @@ fn offsets(ctx: &Ctx, data: &[u8]) -> Result<Vec<u16>, Fault> {
 fn add_tuples(page: &mut [u8], ctx: &Ctx, ntups: usize) -> Result<(), Fault> {
     let data = ctx.rec.block_data;
     let Some(offs) = data.get(..2 * ntups) else {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "hash {}: {} bytes for {ntups} offsets",
             name(ctx),
             data.len()
@@ -53,15 +53,15 @@ fn add_tuples(page: &mut [u8], ctx: &Ctx, ntups: usize) -> Result<(), Fault> {
     let mut rest = &data[2 * ntups..];
     let mut added = 0;
     while !rest.is_empty() {
-        let short = || Fault::Malformed(format!("hash {}: tuple {added} is cut short", name(ctx)));
+        let short = || Fault::malformed(format!("hash {}: tuple {added} is cut short", name(ctx)));
         let Some(&off) = offs.get(added) else {
-            return Err(Fault::Malformed(format!("hash {}: more than {ntups} tuples", name(ctx))));
+            return Err(Fault::malformed(format!("hash {}: more than {ntups} tuples", name(ctx))));
         };
         let header = rest.get(..INDEX_TUPLE_HEADER).ok_or_else(short)?;
         let size = (u16::from_le_bytes([header[6], header[7]]) & INDEX_SIZE_MASK) as usize;
         let size = bufpage::maxalign(size);
         if size < INDEX_TUPLE_HEADER {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "hash {}: index tuple of {size} bytes",
                 name(ctx)
             )));
@@ -72,7 +72,7 @@ fn add_tuples(page: &mut [u8], ctx: &Ctx, ntups: usize) -> Result<(), Fault> {
         added += 1;
     }
     if added != ntups {
-        return Err(Fault::Malformed(format!("hash {}: {added} tuples, not {ntups}", name(ctx))));
+        return Err(Fault::malformed(format!("hash {}: {added} tuples, not {ntups}", name(ctx))));
     }
     Ok(())
 }
@@ -141,7 +141,7 @@ pub(super) fn squeeze_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), 
 fn block_u32(ctx: &Ctx) -> Result<u32, Fault> {
     let data = ctx.rec.block_data;
     if data.len() != 4 {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "hash {}: {} bytes of block data, not 4",
             name(ctx),
             data.len()
@@ -192,14 +192,14 @@ pub(super) fn vacuum_one_page(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(
         PgMajorVersion::V15 => {
             let n = i32::from_le_bytes(data[4..8].try_into().expect("4 bytes"));
             usize::try_from(n)
-                .map_err(|_| Fault::Malformed(format!("hash VACUUM_ONE_PAGE of {n} tuples")))?
+                .map_err(|_| Fault::malformed(format!("hash VACUUM_ONE_PAGE of {n} tuples")))?
         }
         _ => page::u16_at(data, 4)? as usize,
     };
     match block {
         0 => {
             let Some(list) = data.get(8..8 + 2 * ntuples) else {
-                return Err(Fault::Malformed(format!(
+                return Err(Fault::malformed(format!(
                     "hash VACUUM_ONE_PAGE: {} bytes of main data for {ntuples} offsets",
                     data.len()
                 )));

@@ -27,6 +27,7 @@ const MAX_HEAP_TUPLE_BYTES: usize = 8160;
 const MULTI_INSERT_TUPLE_LEN: usize = 7;
 
 /// Redo of Heap INSERT on block 0.
+#[inline]
 pub(super) fn insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let main = Fields { b: ctx.rec.main_data, what: "Heap INSERT main data" };
     let (offnum, flags) = (main.u16(0)?, main.u8(2)?);
@@ -35,7 +36,7 @@ pub(super) fn insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     }
     let data = ctx.rec.block_data;
     if data.len() <= XL_HEAP_HEADER_LEN || data.len() - XL_HEAP_HEADER_LEN > MAX_HEAP_TUPLE_BYTES {
-        return Err(Fault::Malformed(format!("Heap INSERT: {} bytes of tuple data", data.len())));
+        return Err(Fault::malformed(format!("Heap INSERT: {} bytes of tuple data", data.len())));
     }
     let header = XlHeader::decode(data)?;
     let body = &data[XL_HEAP_HEADER_LEN..];
@@ -64,11 +65,11 @@ fn put_tuple_with(
 ) -> Result<(), Fault> {
     let max = bufpage::max_offset(page);
     if u32::from(offnum) > u32::from(max) + 1 {
-        return Err(Fault::Page(format!("tuple offset {offnum} is past {max} + 1")));
+        return Err(Fault::page(format!("tuple offset {offnum} is past {max} + 1")));
     }
     let got = bufpage::add_item_with(page, len, offnum, true, true, fill)?;
     if got != offnum {
-        return Err(Fault::Page(format!("tuple went to offset {got}, not {offnum}")));
+        return Err(Fault::page(format!("tuple went to offset {got}, not {offnum}")));
     }
     Ok(())
 }
@@ -125,7 +126,7 @@ pub(crate) fn multi_insert(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         at += MULTI_INSERT_TUPLE_LEN + datalen;
     }
     if at != data.len() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "Heap2 MULTI_INSERT: tuples end at {at} of {} bytes",
             data.len()
         )));

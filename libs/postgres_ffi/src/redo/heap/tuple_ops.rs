@@ -100,7 +100,7 @@ pub(super) fn inplace(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let hoff = htup::hoff(t) as usize;
     let new = ctx.rec.block_data;
     if hoff > t.len() || t.len() - hoff != new.len() {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "Heap INPLACE: tuple {offnum} has {} data bytes after t_hoff {hoff}, record {}",
             t.len().saturating_sub(hoff),
             new.len()

@@ -110,7 +110,7 @@ fn new_tuple(page: &mut [u8], ctx: &Ctx, rec: &XlUpdate, same_page: bool) -> Res
     }
     let [prefix_len, suffix_len] = lens;
     if (prefix_len > 0 || suffix_len > 0) && !same_page {
-        return Err(Fault::Malformed("Heap UPDATE: prefix/suffix from another page".into()));
+        return Err(Fault::malformed("Heap UPDATE: prefix/suffix from another page".into()));
     }
     data.need(at + XL_HEAP_HEADER_LEN)?;
     let header = XlHeader::decode(&data.b[at..])?;
@@ -145,7 +145,7 @@ fn with_old_parts(
     } else {
         let bitmap_len = (header.hoff as usize).checked_sub(HEADER_LEN);
         let Some(n) = bitmap_len.filter(|n| *n <= logged.len()) else {
-            return Err(Fault::Malformed(format!(
+            return Err(Fault::malformed(format!(
                 "Heap UPDATE: t_hoff {} with {} logged bytes",
                 header.hoff,
                 logged.len()
@@ -157,7 +157,7 @@ fn with_old_parts(
     let prefix = old.get(old_hoff..old_hoff + prefix_len);
     let suffix = old.len().checked_sub(suffix_len).map(|s| &old[s..]);
     let (Some(prefix), Some(suffix)) = (prefix, suffix) else {
-        return Err(Fault::Page(format!(
+        return Err(Fault::page(format!(
             "Heap UPDATE: old tuple of {} bytes (t_hoff {old_hoff}) lacks prefix {prefix_len} / suffix {suffix_len}",
             old.len()
         )));

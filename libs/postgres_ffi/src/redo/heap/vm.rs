@@ -35,7 +35,7 @@ pub(super) fn redo_heap_record(page: &mut [u8], ctx: &Ctx, op: u8) -> Result<(),
         0x10 => clear_for_block0(page, ctx, "Heap DELETE", main, 7, VISIBILITYMAP_VALID_BITS),
         0x60 => clear_for_block0(page, ctx, "Heap LOCK", main, 7, VISIBILITYMAP_ALL_FROZEN),
         0x20 | 0x40 => update(page, ctx),
-        _ => Err(Fault::Malformed(format!("Heap record {op:#04x} has no VM block to redo"))),
+        _ => Err(Fault::malformed(format!("Heap record {op:#04x} has no VM block to redo"))),
     }
 }
 
@@ -53,7 +53,7 @@ pub(crate) fn clear_for_block0(
     expect_vm_block(ctx, what, &[1])?;
     let flags = Fields { b: main, what }.u8(flag_at)?;
     if flags & XLH_ALL_VISIBLE_CLEARED == 0 {
-        return Err(Fault::Malformed(format!("{what}: a VM block but no VM bits cleared")));
+        return Err(Fault::malformed(format!("{what}: a VM block but no VM bits cleared")));
     }
     redo_vm_clear(page, ctx, block_no(ctx, 0, what)?, bits)
 }
@@ -65,12 +65,12 @@ fn update(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let old_cleared = rec.flags & XLH_UPDATE_OLD_ALL_VISIBLE_CLEARED != 0;
     if ctx.rec.target == 3 {
         if !old_cleared {
-            return Err(Fault::Malformed("Heap UPDATE: VM_OLD without old VM clear".into()));
+            return Err(Fault::malformed("Heap UPDATE: VM_OLD without old VM clear".into()));
         }
         return redo_vm_clear(page, ctx, oldblk, VISIBILITYMAP_VALID_BITS);
     }
     if rec.flags & XLH_UPDATE_NEW_ALL_VISIBLE_CLEARED == 0 {
-        return Err(Fault::Malformed("Heap UPDATE: VM_NEW without new VM clear".into()));
+        return Err(Fault::malformed("Heap UPDATE: VM_NEW without new VM clear".into()));
     }
     if old_cleared && maps(ctx.tag.blkno, oldblk) {
         redo_vm_clear(page, ctx, oldblk, VISIBILITYMAP_VALID_BITS)?;
@@ -80,7 +80,7 @@ fn update(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
 
 fn expect_vm_block(ctx: &Ctx, what: &str, ids: &[u8]) -> Result<(), Fault> {
     if !has_vm_block_refs(ctx.version) || !ids.contains(&ctx.rec.target) {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "{what}: block {} is a VM page, which PostgreSQL {} does not register here",
             ctx.rec.target, ctx.version as u32
         )));
@@ -102,7 +102,7 @@ pub(crate) fn redo_vm_clear(
     bits: u8,
 ) -> Result<(), Fault> {
     if !maps(ctx.tag.blkno, heap_blkno) {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "VM page {} does not map heap block {heap_blkno}",
             ctx.tag.blkno
         )));

@@ -47,7 +47,7 @@ const FREEZE_PLAN_LEN: usize = 12;
 /// Offsets as logged (little-endian u16s).
 fn offsets(b: &[u8], what: &str) -> Result<Vec<u16>, Fault> {
     if !b.len().is_multiple_of(2) {
-        return Err(Fault::Malformed(format!("{what}: {} bytes of offsets", b.len())));
+        return Err(Fault::malformed(format!("{what}: {} bytes of offsets", b.len())));
     }
     Ok(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
 }
@@ -133,7 +133,7 @@ fn execute_plans(
 ) -> Result<(), Fault> {
     let total: usize = plans.iter().map(|(_, n)| *n as usize).sum();
     if total != offs.len() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "{what}: plans freeze {total} tuples, {} offsets logged",
             offs.len()
         )));
@@ -154,7 +154,7 @@ pub(super) fn prune_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let (nredirected, ndead) = (main.u16(4)? as usize, main.u16(6)? as usize);
     let all = offsets(ctx.rec.block_data, "Heap2 PRUNE")?;
     if all.len() < 2 * nredirected + ndead {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "Heap2 PRUNE: {} offsets for {nredirected} redirects and {ndead} dead",
             all.len()
         )));
@@ -169,7 +169,7 @@ pub(super) fn vacuum_v15(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
     let nunused = Fields { b: ctx.rec.main_data, what: "Heap2 VACUUM main data" }.u16(0)?;
     let all = offsets(ctx.rec.block_data, "Heap2 VACUUM")?;
     let Some(unused) = all.get(..nunused as usize) else {
-        return Err(Fault::Malformed(format!("Heap2 VACUUM: {} of {nunused} offsets", all.len())));
+        return Err(Fault::malformed(format!("Heap2 VACUUM: {} of {nunused} offsets", all.len())));
     };
     for &off in unused {
         set_lp(page, off, ItemId { off: 0, flags: LP_UNUSED, len: 0 })?;
@@ -229,7 +229,7 @@ pub(super) fn prune_freeze_v17(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> 
         at += 2 + 2 * n;
     }
     if at > data.len() {
-        return Err(Fault::Malformed(format!("Heap2 PRUNE: parts end at {at} of {}", data.len())));
+        return Err(Fault::malformed(format!("Heap2 PRUNE: parts end at {at} of {}", data.len())));
     }
     let [redirected, dead, unused] = &parts;
     if !redirected.is_empty() || !dead.is_empty() || !unused.is_empty() {

@@ -29,7 +29,7 @@ pub(super) fn visible(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
         (0, VISIBILITYMAP_FORKNUM) => {
             let heap_blkno = block_no(ctx, 1, "Heap2 VISIBLE")?;
             if heap_blkno / VM_HEAPBLOCKS_PER_PAGE != ctx.tag.blkno {
-                return Err(Fault::Malformed(format!(
+                return Err(Fault::malformed(format!(
                     "Heap2 VISIBLE: VM page {} does not map heap block {heap_blkno}",
                     ctx.tag.blkno
                 )));
@@ -40,7 +40,7 @@ pub(super) fn visible(page: &mut [u8], ctx: &Ctx) -> Result<(), Fault> {
             vm_set_flags(page, heap_blkno, flags & VISIBILITYMAP_VALID_BITS);
             Ok(())
         }
-        (id, fork) => Err(Fault::Malformed(format!(
+        (id, fork) => Err(Fault::malformed(format!(
             "Heap2 VISIBLE writes block 0 (VM) and 1 (heap), not block {id} of fork {fork}"
         ))),
     }

@@ -41,7 +41,7 @@ pub(super) fn add_node(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(), Faul
     let main = ctx.rec.main_data;
     let (off, new_off) = (page::u16_at(main, 0)?, page::u16_at(main, 2)?);
     let parent_blk =
-        *main.get(5).ok_or_else(|| Fault::Malformed("spgxlogAddNode cut short".into()))? as i8;
+        *main.get(5).ok_or_else(|| Fault::malformed("spgxlogAddNode cut short".into()))? as i8;
     let (parent_off, node) = (page::u16_at(main, 6)?, page::u16_at(main, 8)?);
     let tuple = page::inner_tuple(main.get(ADD_NODE_SIZE..).unwrap_or_default())?;
     let Some(new_block) = ctx.rec.block(1) else {
@@ -125,7 +125,7 @@ impl PickSplit<'_> {
         let to_insert = page::offsets(main, inserts_at, n_insert)?;
         let select_at = inserts_at + 2 * n_insert;
         let select = main.get(select_at..select_at + n_insert).ok_or_else(|| {
-            Fault::Malformed(format!("{n_insert} page selectors at {select_at} of {}", main.len()))
+            Fault::malformed(format!("{n_insert} page selectors at {select_at} of {}", main.len()))
         })?;
         let inner = page::inner_tuple(&main[select_at + n_insert..])?;
         let leaves_at = select_at + n_insert + inner.len();

@@ -60,7 +60,7 @@ impl Opaque {
     pub fn read(page: &[u8]) -> Result<Opaque, Fault> {
         let s = bufpage::special(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("SP-GiST special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("SP-GiST special space of {} bytes", s.len())));
         }
         Ok(Opaque {
             flags: u16_at(s, 0)?,
@@ -73,7 +73,7 @@ impl Opaque {
     pub fn write(&self, page: &mut [u8]) -> Result<(), Fault> {
         let s = bufpage::special_mut(page)?;
         if s.len() != OPAQUE_SIZE {
-            return Err(Fault::Page(format!("SP-GiST special space of {} bytes", s.len())));
+            return Err(Fault::page(format!("SP-GiST special space of {} bytes", s.len())));
         }
         for (i, v) in [self.flags, self.n_redirection, self.n_placeholder, self.page_id]
             .into_iter()
@@ -129,7 +129,7 @@ pub(super) fn inner_tuple(data: &[u8]) -> Result<&[u8], Fault> {
 
 fn sized<'a>(data: &'a [u8], size: usize, what: &str) -> Result<&'a [u8], Fault> {
     if size < INNER_HEADER_SIZE || size > data.len() {
-        return Err(Fault::Malformed(format!(
+        return Err(Fault::malformed(format!(
             "a {size}-byte {what} tuple in the {} bytes left",
             data.len()
         )));
@@ -171,7 +171,7 @@ fn set_item_pointer(tid: &mut [u8], blkno: u32, offnum: u16) {
 /// `SGLT_SET_NEXTOFFSET` on the leaf tuple at `off`.
 pub(super) fn set_next_offset(page: &mut [u8], off: u16, next: u16) -> Result<(), Fault> {
     let t = bufpage::item_mut(page, off)?;
-    let info = u16_at(t, 4).map_err(|_| Fault::Page(format!("leaf tuple {off} too short")))?;
+    let info = u16_at(t, 4).map_err(|_| Fault::page(format!("leaf tuple {off} too short")))?;
     let info = info & !NEXT_OFFSET_MASK | next & NEXT_OFFSET_MASK;
     t[4..6].copy_from_slice(&info.to_le_bytes());
     Ok(())
@@ -187,7 +187,7 @@ pub(super) fn update_node_link(
     offnum: u16,
 ) -> Result<(), Fault> {
     let t = bufpage::item_mut(page, off)?;
-    let bad = |what: String| Fault::Page(format!("inner tuple {off}: {what}"));
+    let bad = |what: String| Fault::page(format!("inner tuple {off}: {what}"));
     let word = u32_at(t, 0).map_err(|_| bad("too short".into()))?;
     let (n_nodes, prefix_size) = ((word >> 3) & 0x1FFF, (word >> 16) as usize);
     if node as u32 >= n_nodes {
@@ -216,15 +216,15 @@ pub(super) fn update_node_link(
 pub(super) fn add_or_replace(page: &mut [u8], tuple: &[u8], off: u16) -> Result<(), Fault> {
     if off <= bufpage::max_offset(page) {
         let state = tuple_state(bufpage::item(page, off)?)
-            .map_err(|_| Fault::Page(format!("tuple {off} too short")))?;
+            .map_err(|_| Fault::page(format!("tuple {off} too short")))?;
         if state != SPGIST_PLACEHOLDER {
-            return Err(Fault::Page(format!("tuple {off} to replace is not a placeholder")));
+            return Err(Fault::page(format!("tuple {off} to replace is not a placeholder")));
         }
         let mut o = Opaque::read(page)?;
         o.n_placeholder = o
             .n_placeholder
             .checked_sub(1)
-            .ok_or_else(|| Fault::Page(format!("placeholder {off} on a page that counts none")))?;
+            .ok_or_else(|| Fault::page(format!("placeholder {off} on a page that counts none")))?;
         o.write(page)?;
         bufpage::index_tuple_delete(page, off)?;
     }
@@ -235,7 +235,7 @@ pub(super) fn add_or_replace(page: &mut [u8], tuple: &[u8], off: u16) -> Result<
 pub(super) fn add_at(page: &mut [u8], tuple: &[u8], off: u16) -> Result<(), Fault> {
     let got = bufpage::add_item(page, tuple, off, false, false)?;
     if got != off {
-        return Err(Fault::Page(format!("tuple meant for offset {off} landed at {got}")));
+        return Err(Fault::page(format!("tuple meant for offset {off} landed at {got}")));
     }
     Ok(())
 }
@@ -276,7 +276,7 @@ pub(super) fn multi_delete(
 pub(super) fn offsets(data: &[u8], at: usize, n: usize) -> Result<Vec<u16>, Fault> {
     match data.get(at..at + 2 * n) {
         Some(b) => Ok(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
-        None => Err(Fault::Malformed(format!("{n} offsets at {at} of {} bytes", data.len()))),
+        None => Err(Fault::malformed(format!("{n} offsets at {at} of {} bytes", data.len()))),
     }
 }
 
@@ -284,18 +284,18 @@ pub(super) fn offsets(data: &[u8], at: usize, n: usize) -> Result<Vec<u16>, Faul
 pub(super) fn u16_at(b: &[u8], off: usize) -> Result<u16, Fault> {
     b.get(off..off + 2)
         .map(|s| u16::from_le_bytes([s[0], s[1]]))
-        .ok_or_else(|| Fault::Malformed(format!("2 bytes at {off} of {}", b.len())))
+        .ok_or_else(|| Fault::malformed(format!("2 bytes at {off} of {}", b.len())))
 }
 
 pub(super) fn u32_at(b: &[u8], off: usize) -> Result<u32, Fault> {
     b.get(off..off + 4)
         .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-        .ok_or_else(|| Fault::Malformed(format!("4 bytes at {off} of {}", b.len())))
+        .ok_or_else(|| Fault::malformed(format!("4 bytes at {off} of {}", b.len())))
 }
 
 /// A `bool` field at `off`.
 pub(super) fn flag_at(b: &[u8], off: usize) -> Result<bool, Fault> {
     b.get(off)
         .map(|&v| v != 0)
-        .ok_or_else(|| Fault::Malformed(format!("1 byte at {off} of {}", b.len())))
+        .ok_or_else(|| Fault::malformed(format!("1 byte at {off} of {}", b.len())))
 }

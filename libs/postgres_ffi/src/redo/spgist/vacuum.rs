@@ -84,21 +84,21 @@ pub(super) fn vacuum_redirect(page: &mut [u8], ctx: &Ctx, block: u8) -> Result<(
         let t = bufpage::item_mut(page, off)?;
         let word = page::u32_at(t, 0).ok().filter(|w| w & 0x3 == SPGIST_REDIRECT);
         let (Some(word), Some(pointer)) = (word, t.get_mut(6..12)) else {
-            return Err(Fault::Page(format!("tuple {off} is not a redirect")));
+            return Err(Fault::page(format!("tuple {off} is not a redirect")));
         };
         pointer.copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0]);
         t[0..4].copy_from_slice(&(word | SPGIST_PLACEHOLDER).to_le_bytes());
     }
     let mut o = page::Opaque::read(page)?;
     o.n_redirection = o.n_redirection.checked_sub(n).ok_or_else(|| {
-        Fault::Page(format!("{n} redirects to clear on a page that counts {}", o.n_redirection))
+        Fault::page(format!("{n} redirects to clear on a page that counts {}", o.n_redirection))
     })?;
     o.n_placeholder = o.n_placeholder.wrapping_add(n);
     if first_placeholder != 0 {
         let max = bufpage::max_offset(page);
         let removed = (max + 1).checked_sub(first_placeholder);
         let removed = removed.filter(|&r| r <= o.n_placeholder).ok_or_else(|| {
-            Fault::Page(format!(
+            Fault::page(format!(
                 "placeholders {first_placeholder}..={max} on a page that counts {}",
                 o.n_placeholder
             ))
