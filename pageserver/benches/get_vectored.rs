@@ -1,6 +1,6 @@
 //! `get_vectored` of 32 keys and of 1 key (8 KiB pages), from an in-memory
-//! layer and from L0 files. Baseline in the same run: 32 `pread`s of 8 KiB at the same
-//! spread of offsets in a plain file — the cost of the IO alone.
+//! layer and from L0 files. Baseline in the same run: 32 `pread`s of 8 KiB
+//! at the same spread of offsets in a plain file — the cost of the IO alone.
 
 mod common;
 

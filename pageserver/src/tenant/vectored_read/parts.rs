@@ -146,9 +146,7 @@ impl Part {
         .await;
         debug_assert!(missing.iter().all(|&m| m == 0), "every chunk was read");
     }
-}
 
-impl Part {
     /// [`Part::read`] of a part whose values are all in one chunk of a
     /// layer file (a single page at queue depth 1, as a rule): one read,
     /// without the waves and streams of [`read_bounded`].
