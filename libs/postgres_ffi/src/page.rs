@@ -17,6 +17,9 @@ pub struct PageHeader {
     pub prune_xid: u32,
 }
 
+/// Byte offset of `pd_flags` in `PageHeaderData`.
+pub const PD_FLAGS_OFFSET: usize = 10;
+
 impl PageHeader {
     /// Decode the first 24 bytes of `page`. Panics on a shorter slice.
     #[inline]
@@ -26,7 +29,7 @@ impl PageHeader {
         PageHeader {
             lsn: ((u32_at(0) as u64) << 32) | u32_at(4) as u64,
             checksum: u16_at(8),
-            flags: u16_at(10),
+            flags: u16_at(PD_FLAGS_OFFSET),
             lower: u16_at(12),
             upper: u16_at(14),
             special: u16_at(16),

@@ -35,7 +35,7 @@ pub use index::{index_tuple_delete, index_tuple_delete_no_compact, index_tuple_o
 
 use super::Fault;
 use crate::consts::{BLCKSZ, SIZE_OF_PAGE_HEADER_DATA};
-use crate::page::PageHeader;
+use crate::page::{PageHeader, PD_FLAGS_OFFSET};
 
 /// `MAXIMUM_ALIGNOF` of a 64-bit build.
 pub const MAXIMUM_ALIGNOF: usize = 8;
@@ -172,7 +172,7 @@ impl Bounds {
             return Err(Fault::page(format!("a {}-byte page, not {BLCKSZ}", page.len())));
         }
         let at = |o: usize| u16::from_le_bytes([page[o], page[o + 1]]);
-        Ok(Bounds { flags: at(10), lower: at(12), upper: at(14), special: at(16) })
+        Ok(Bounds { flags: at(PD_FLAGS_OFFSET), lower: at(12), upper: at(14), special: at(16) })
     }
 
     /// Whether the pointers are in order (and `pd_special` aligned if asked).

@@ -42,7 +42,7 @@ const PD_PAGE_FULL: u16 = 0x2;
 const PD_ALL_VISIBLE: u16 = 0x4;
 
 /// Byte offsets of `PageHeaderData` fields.
-const PD_FLAGS: usize = 10;
+use crate::page::PD_FLAGS_OFFSET as PD_FLAGS;
 const PD_LOWER: usize = 12;
 const PD_UPPER: usize = 14;
 const PD_SPECIAL: usize = 16;

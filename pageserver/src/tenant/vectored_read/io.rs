@@ -67,6 +67,12 @@ pub(super) enum ChunkRead<'a, F> {
 /// A chunk read's bytes, or its error (shared by the queries that need it).
 pub(super) type ChunkResult = Result<Bytes, Arc<std::io::Error>>;
 
+/// A chunk read's outcome as the queries share it: the buffer as `Bytes`
+/// (page images are slices of it, no copy), the error behind an `Arc`.
+pub(super) fn chunk_result(read: std::io::Result<AlignedBuf>) -> ChunkResult {
+    read.map(Bytes::from_owner).map_err(Arc::new)
+}
+
 /// Run `reads`, in waves of as many as `permits` are for, handing each
 /// result to `done` (with its index in `reads`) as soon as it is read.
 /// Chunks become shared `Bytes` so page images are slices of them (no
@@ -91,7 +97,7 @@ pub(super) async fn read_bounded<F>(
         let n = wave.len();
         let mut each = std::pin::pin!(read_wave(engine, wave));
         while let Some((i, res)) = each.next().await {
-            done(first + i, res.map(Bytes::from_owner).map_err(Arc::new));
+            done(first + i, chunk_result(res));
         }
         first += n;
     }

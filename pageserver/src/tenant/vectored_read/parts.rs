@@ -4,7 +4,6 @@
 //! and answered as soon as the last chunk it needs is read.
 
 use std::ops::Range;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -15,7 +14,7 @@ use super::super::reconstruct::{reconstruct, ClusterInfo};
 use super::super::storage_layer::BlobRef;
 use super::super::value::Value;
 use super::super::PageReconstructError;
-use super::io::{read_bounded, ChunkRead, ChunkResult, Permits};
+use super::io::{chunk_result, read_bounded, ChunkRead, ChunkResult, Permits};
 use super::plan::{finish_plans, refusal, PlanResult, PlannedLayer, Query};
 use super::{coalesce, ReadChain, ReadStats, Ready, CHUNK_ALIGN};
 
@@ -153,7 +152,7 @@ impl Part {
     async fn read_one(&self, read: ReadAt<'_>, _permits: Permits<'_>, answers: &Answers<'_, '_>) {
         let ReadAt { file, buf, offset, len } = read;
         let (buf, res) = file.read_exact_at(buf, offset, len).await;
-        let bufs = [Some(res.map(|()| Bytes::from_owner(buf)).map_err(Arc::new))];
+        let bufs = [Some(chunk_result(res.map(|()| buf)))];
         for (u, q) in self.uniq.iter().enumerate().filter(|(_, q)| q.complete) {
             let r =
                 reconstruct_query(q, &self.layers, &self.chunks, &bufs, |_, _| 0, answers.cluster);

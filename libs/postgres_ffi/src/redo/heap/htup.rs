@@ -11,7 +11,7 @@
 //! cmin = `FirstCommandId` (0) and `HEAP_COMBOCID` cleared, as
 //! `HeapTupleHeaderSetCmin` does.
 
-use crate::page::PageHeader;
+use crate::page::{PageHeader, PD_FLAGS_OFFSET};
 use crate::redo::bufpage::{self, LP_NORMAL, PD_ALL_VISIBLE};
 use crate::redo::Fault;
 
@@ -252,10 +252,9 @@ fn transaction_id_precedes(a: u32, b: u32) -> bool {
 /// the whole header decoded and written back.
 #[inline]
 pub fn page_set_all_visible(page: &mut [u8], on: bool) {
-    const PD_FLAGS_AT: usize = 10;
-    let flags = u16_at(page, PD_FLAGS_AT);
+    let flags = u16_at(page, PD_FLAGS_OFFSET);
     let flags = if on { flags | PD_ALL_VISIBLE } else { flags & !PD_ALL_VISIBLE };
-    put_u16(page, PD_FLAGS_AT, flags);
+    put_u16(page, PD_FLAGS_OFFSET, flags);
 }
 
 #[cfg(test)]
